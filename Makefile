@@ -1,0 +1,45 @@
+# The two commands: `make run` and `make test`. Everything they need is installed from here.
+VENV := .venv
+PY := $(VENV)/bin/python
+SERVERS_VENV := .venv-servers
+EVERYTHING := servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js
+
+.PHONY: run test setup setup-test bench e2e lint clean
+
+run: setup
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py bootstrap_admin
+	$(PY) manage.py serve --host 127.0.0.1 --port 8000
+
+test: setup setup-test
+	$(PY) -m pytest -q -m "not e2e and not scaleout"
+	$(PY) -m pytest -q -m e2e
+	$(PY) -m pytest -q -m scaleout
+
+bench: setup setup-test
+	$(PY) bench/run.py
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt scripts/find-python.sh
+	@PYBIN=$$(scripts/find-python.sh) || exit 1; \
+	  [ -x $(PY) ] || $$PYBIN -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+setup-test: $(SERVERS_VENV)/.installed $(EVERYTHING)
+	scripts/install-system.sh
+
+$(SERVERS_VENV)/.installed: servers/requirements-time.txt
+	@PYBIN=$$(scripts/find-python.sh) || exit 1; \
+	  [ -x $(SERVERS_VENV)/bin/python ] || $$PYBIN -m venv $(SERVERS_VENV)
+	$(SERVERS_VENV)/bin/python -m pip install -q -r servers/requirements-time.txt
+	touch $@
+
+$(EVERYTHING): servers/package.json servers/package-lock.json
+	cd servers && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+clean:
+	rm -rf $(VENV) $(SERVERS_VENV) servers/node_modules

@@ -1,0 +1,199 @@
+"""Settings for the Agenvoy MCP console: every knob is an environment variable (SPEC 11).
+
+Each variable has a default that works on a fresh machine; a bad value stops start-up with
+ImproperlyConfigured naming the variable.
+"""
+
+import os
+import secrets
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(os.environ.get("AGENVOY_DATA_DIR", BASE_DIR / "data"))
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return float(default)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not value >= 1 or value == float("inf"):
+        raise ImproperlyConfigured(f"{name} must be at least 1 second, got {raw!r}")
+    return value
+
+
+def _positive_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 1:
+        raise ImproperlyConfigured(f"{name} must be at least 1, got {raw!r}")
+    return value
+
+
+def _bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, got {raw!r}")
+
+
+def _secret_key() -> str:
+    """DJANGO_SECRET_KEY, or one generated on first run and kept in the data folder."""
+    key = os.environ.get("DJANGO_SECRET_KEY")
+    if key:
+        return key
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(secrets.token_urlsafe(50))
+        tmp.chmod(0o600)
+        os.replace(tmp, path)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = _bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = [
+    h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",")
+    if h.strip()
+]
+
+AGENVOY_HOME = Path(
+    os.path.expanduser(os.environ.get("AGENVOY_HOME", "~/.config/agenvoy"))
+).resolve()
+AGENVOY_POLL_SECONDS = _seconds("AGENVOY_POLL_SECONDS", 60)
+AGENVOY_LIST_TIMEOUT = _seconds("AGENVOY_LIST_TIMEOUT", 30)
+AGENVOY_CONNECT_TIMEOUT = _seconds("AGENVOY_CONNECT_TIMEOUT", 30)
+AGENVOY_CALL_TIMEOUT = _seconds("AGENVOY_CALL_TIMEOUT", 60)
+AGENVOY_CALL_MAX_SECONDS = _seconds("AGENVOY_CALL_MAX_SECONDS", 600)
+AGENVOY_CONFIRM_TIMEOUT = _seconds("AGENVOY_CONFIRM_TIMEOUT", 300)
+AGENVOY_RESULT_CAP = _positive_int("AGENVOY_RESULT_CAP", 1_048_576)
+AGENVOY_HISTORY_MAX_BYTES = _positive_int("AGENVOY_HISTORY_MAX_BYTES", 8 * 1_048_576)
+AGENVOY_FILE_WATCH_SECONDS = 1.0
+AGENVOY_LEASE_SECONDS = _seconds("AGENVOY_LEASE_SECONDS", 10)
+if AGENVOY_CALL_MAX_SECONDS < AGENVOY_CALL_TIMEOUT:
+    raise ImproperlyConfigured("AGENVOY_CALL_MAX_SECONDS must not be below AGENVOY_CALL_TIMEOUT")
+
+INSTALLED_APPS = [
+    # First, so its `runserver` (Daphne plus the supervisor) wins over daphne's.
+    "mcpcore",
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "agenvoy_site.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+WSGI_APPLICATION = None
+ASGI_APPLICATION = "agenvoy_site.asgi.application"
+
+
+def _database() -> dict:
+    url = os.environ.get("DATABASE_URL", "").strip()
+    if not url:
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DATA_DIR / "db.sqlite3",
+            # WAL alone still gives "database is locked" with several writers; IMMEDIATE
+            # transactions plus a busy timeout do not (STACK.md).
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": DATA_DIR / "test_db.sqlite3"},
+        }
+    import dj_database_url
+
+    try:
+        return dj_database_url.parse(url, conn_max_age=0)
+    except Exception as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+if REDIS_URL:
+    # redis-py 8 defaults to a 5 s socket timeout, equal to channels-redis's blocking read,
+    # which kills idle workers: give the socket more room (STACK.md).
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "servers"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "mcpcore": {"handlers": ["console"], "level": os.environ.get("AGENVOY_LOG_LEVEL", "INFO")},
+    },
+}

@@ -1,0 +1,94 @@
+"""The allow-list rules of SPEC 2.2: parsing, matching, replace-by-prefix. Pure functions."""
+
+from collections.abc import Iterable
+
+
+class AllowListError(ValueError):
+    """An edit that breaks the rules; the message is the API's error text."""
+
+
+def parse(text: str) -> list[str]:
+    """Entries of an `allow_tool` file: blank lines and `#` comments are ignored."""
+    entries = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            entries.append(line)
+    return entries
+
+
+def render(entries: Iterable[str]) -> str:
+    """The file body: unique entries sorted by byte order, one entry and `\\n` per line."""
+    unique = sorted(set(entries), key=lambda e: e.encode())
+    return "".join(f"{e}\n" for e in unique)
+
+
+def matches(entries: Iterable[str], name: str) -> bool:
+    """A name is allowed when it equals an entry, or an entry ends in `*` and the name starts
+    with the text before it."""
+    for entry in entries:
+        if entry == name or (entry.endswith("*") and name.startswith(entry[:-1])):
+            return True
+    return False
+
+
+class Matcher:
+    """Precomputed allow-list for fast repeated checks (exact set plus the `*` prefixes)."""
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        self.exact: set[str] = set()
+        prefixes = set()
+        for entry in entries:
+            if entry.endswith("*"):
+                prefixes.add(entry[:-1])
+            else:
+                self.exact.add(entry)
+        self.prefixes = tuple(sorted(prefixes))
+        # The registered-name prefix `mcp__<server>__` covers the usual whole-server grants:
+        # index those so a check is one dict lookup instead of a scan.
+        self._server_prefixes = {p for p in self.prefixes if p.startswith("mcp__") and p.endswith("__") and p.count("__") == 2}
+        self._other_prefixes = tuple(p for p in self.prefixes if p not in self._server_prefixes)
+
+    def __call__(self, name: str) -> bool:
+        if name in self.exact:
+            return True
+        if name.startswith("mcp__"):
+            end = name.find("__", 5)
+            if end != -1 and name[: end + 2] in self._server_prefixes:
+                return True
+        return any(name.startswith(p) for p in self._other_prefixes)
+
+
+def validate_edit(prefix: object, new_entries: object) -> tuple[str, list[str]]:
+    """Check a replace-by-prefix edit; returns (prefix, entries) or raises AllowListError."""
+    if not isinstance(prefix, str) or prefix.strip() == "":
+        raise AllowListError("tool.prefix is required")
+    if new_entries is None:
+        new_entries = []
+    if not isinstance(new_entries, list) or not all(isinstance(e, str) for e in new_entries):
+        raise AllowListError("tool.entries must be a list of strings")
+    cleaned = []
+    for entry in new_entries:
+        entry = entry.strip()
+        if not entry:
+            continue
+        if "\n" in entry or "\r" in entry:
+            raise AllowListError(f"entries must be single lines: {entry!r}")
+        if not entry.startswith(prefix):
+            raise AllowListError(f"every entry must start with the prefix: {entry}")
+        cleaned.append(entry)
+    return prefix, cleaned
+
+
+def replace_prefix(current: Iterable[str], prefix: str, new_entries: Iterable[str]) -> list[str]:
+    """Remove every entry starting with `prefix`, add the new ones; `<prefix>*` among the new
+    entries collapses the prefix's entries to that one line. Others are left as they were."""
+    new = list(new_entries)
+    if f"{prefix}*" in new:
+        new = [f"{prefix}*"]
+    kept = [e for e in current if not e.startswith(prefix)]
+    return sorted(set(kept + new), key=lambda e: e.encode())
+
+
+def entries_for(entries: Iterable[str], prefix: str) -> list[str]:
+    return sorted((e for e in entries if e.startswith(prefix)), key=lambda e: e.encode())

@@ -1,0 +1,290 @@
+"""`/v1` views: thin wrappers over the modules that do the work (SPEC 7)."""
+
+from django.http import HttpRequest, JsonResponse
+
+from .. import allowlist, control, files, names
+from ..models import Server, Tool, mask_config, unmask_config
+from .auth import ApiError, api_view, json_body
+
+
+def _name_from(body: dict) -> str:
+    name = body.get("name")
+    if not isinstance(name, str) or name.strip() == "":
+        raise ApiError("name is required")
+    return name.strip()
+
+
+def _file_error(exc: files.ConfigFileError) -> ApiError:
+    return ApiError(f"{exc} (fix the file first; it was not changed)", 409)
+
+
+@api_view(("GET", "POST"))
+def mcp_servers(request: HttpRequest) -> JsonResponse:
+    if request.method == "GET":
+        servers = {s.name: mask_config(s.config) for s in Server.objects.all()}
+        return JsonResponse({"servers": servers})
+    body = json_body(request)
+    name = _name_from(body)
+    problem = names.server_name_problem(name)
+    if problem:
+        raise ApiError(f"invalid server name: {problem}")
+    config = body.get("server")
+    if not isinstance(config, dict):
+        raise ApiError("server.command or server.url is required")
+    config = _clean_server_config(config)
+
+    def mutate(servers: dict) -> None:
+        old = servers.get(name)
+        merged = unmask_config(config, old)
+        # Unknown keys someone else wrote on this server survive an edit through the API.
+        if isinstance(old, dict):
+            merged = {**{k: v for k, v in old.items() if k not in _KNOWN_KEYS}, **merged}
+        servers[name] = merged
+
+    try:
+        files.update_servers(mutate)
+    except files.ConfigFileError as exc:
+        raise _file_error(exc) from None
+    control.config_changed()
+    return JsonResponse({"ok": True})
+
+
+_KNOWN_KEYS = {"command", "args", "env", "url", "headers", "type", "disabled", "timeout"}
+
+
+def _clean_server_config(config: dict) -> dict:
+    """Validate a posted server config; the messages are the API's contract."""
+    command, url = config.get("command"), config.get("url")
+    has_command = isinstance(command, str) and command.strip() != ""
+    has_url = isinstance(url, str) and url.strip() != ""
+    if not (has_command or has_url):
+        raise ApiError("server.command or server.url is required")
+    if "args" in config and not (
+        isinstance(config["args"], list) and all(isinstance(a, str) for a in config["args"])
+    ):
+        raise ApiError("server.args must be a list of strings")
+    for key in ("env", "headers"):
+        if key in config and not (
+            isinstance(config[key], dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in config[key].items())
+        ):
+            raise ApiError(f"server.{key} must be an object of strings")
+    if "type" in config and config["type"] not in ("stdio", "streamable-http", "sse", "http"):
+        raise ApiError("server.type must be stdio, streamable-http or sse")
+    if config.get("type") == "http":
+        config = {**config, "type": "streamable-http"}
+    if "disabled" in config and not isinstance(config["disabled"], bool):
+        raise ApiError("server.disabled must be true or false")
+    if "timeout" in config and not (
+        isinstance(config["timeout"], (int, float))
+        and not isinstance(config["timeout"], bool)
+        and config["timeout"] >= 1
+    ):
+        raise ApiError("server.timeout must be a number of seconds, at least 1")
+    return config
+
+
+@api_view(("POST",))
+def mcp_remove(request: HttpRequest) -> JsonResponse:
+    name = _name_from(json_body(request))
+
+    def mutate(servers: dict) -> bool:
+        return servers.pop(name, None) is not None
+
+    try:
+        found = files.update_servers(mutate)
+    except files.ConfigFileError as exc:
+        raise _file_error(exc) from None
+    if not found:
+        raise ApiError("server not found", 404)
+    control.config_changed()
+    return JsonResponse({"ok": True})
+
+
+@api_view(("GET", "POST"))
+def allowlist_view(request: HttpRequest) -> JsonResponse:
+    if request.method == "GET":
+        prefix = request.GET.get("prefix", "")
+        entries = _current_allow()
+        return JsonResponse({"tool": {"entries": allowlist.entries_for(entries, prefix)}})
+    body = json_body(request)
+    block = body.get("tool")
+    if block is None:
+        if body.get("skill") is not None:
+            raise ApiError("skill allow-lists are not managed by this console")
+        raise ApiError("skill or tool is required")
+    if not isinstance(block, dict):
+        raise ApiError("tool must be an object")
+    try:
+        prefix, entries = allowlist.validate_edit(block.get("prefix"), block.get("entries"))
+        now = files.replace_allow_prefix(prefix, entries)
+    except allowlist.AllowListError as exc:
+        raise ApiError(str(exc)) from None
+    except files.ConfigFileError as exc:
+        raise _file_error(exc) from None
+    return JsonResponse({"ok": True, "tool": {"entries": now}})
+
+
+def _current_allow() -> list[str]:
+    """The file is the truth; the mirrored table answers when the file can't be read."""
+    from ..models import AllowEntry
+
+    try:
+        return files.read_allow_tool()
+    except files.ConfigFileError:
+        return list(AllowEntry.objects.values_list("entry", flat=True))
+
+
+@api_view(("GET",))
+def mcp_tools(request: HttpRequest) -> JsonResponse:
+    tools = Tool.objects.select_related("server").order_by("registered_name")
+    return JsonResponse({"tools": [t.to_dict() for t in tools]})
+
+
+@api_view(("GET", "POST", "PUT", "PATCH", "DELETE"))
+def not_found(request: HttpRequest, rest: str) -> JsonResponse:
+    raise ApiError("not found", 404)
+
+
+# --- connections ------------------------------------------------------------------------------
+
+
+@api_view(("GET",))
+def mcp_status(request: HttpRequest) -> JsonResponse:
+    from django.db.models import Count
+
+    servers = Server.objects.annotate(n=Count("tools")).order_by("name")
+    return JsonResponse({"servers": [s.to_status(s.n) for s in servers]})
+
+
+@api_view(("GET",))
+def mcp_instructions(request: HttpRequest) -> JsonResponse:
+    from ..supervisor.registry import instructions_block
+
+    pairs = list(Server.objects.filter(enabled=True).values_list("name", "instructions"))
+    return JsonResponse({"text": instructions_block(pairs)})
+
+
+@api_view(("POST",))
+async def mcp_reconnect(request: HttpRequest) -> JsonResponse:
+    from asgiref.sync import sync_to_async
+
+    body = await sync_to_async(json_body)(request)
+    name = body.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise ApiError("name must be a server name")
+    outcome = await control.reconnect(name.strip() if name else None)
+    if outcome is None:
+        raise ApiError("server not found", 404)
+    return JsonResponse({"ok": True, "servers": outcome})
+
+
+# --- calls and the gate -----------------------------------------------------------------------
+
+
+def _wait_seconds(raw: object, default: float) -> float:
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ApiError("wait must be a number of seconds from 0 to 300") from None
+    if isinstance(raw, bool) or not 0 <= value <= 300:
+        raise ApiError("wait must be a number of seconds from 0 to 300")
+    return value
+
+
+def _who(request: HttpRequest) -> str:
+    token = getattr(request, "api_token", None)
+    return f"token:{token.name}" if token is not None else ""
+
+
+@api_view(("POST",))
+async def mcp_call(request: HttpRequest) -> JsonResponse:
+    from asgiref.sync import sync_to_async
+
+    from .. import calls
+
+    body = await sync_to_async(json_body)(request)
+    wait = _wait_seconds(body.get("wait"), 30.0)
+    try:
+        call = await sync_to_async(calls.create)(
+            request.api_token, "", body.get("name"), body.get("arguments"),
+            body.get("session_id"), body.get("mode"),
+        )
+    except calls.CallError as exc:
+        raise ApiError(exc.message, exc.status) from None
+    if call.status == "running":
+        await calls.dispatch(call)
+    else:
+        await calls.announce(str(call.id))
+    return await _call_answer(call.id, wait)
+
+
+async def _call_answer(call_id, wait: float, full: bool = False) -> JsonResponse:
+    from .. import calls
+
+    call = await calls.wait_ended(call_id, wait)
+    if call is None:
+        raise ApiError("call not found", 404)
+    body = call.to_dict() if full else call.to_answer()
+    return JsonResponse(body, status=200 if call.ended or full else 202)
+
+
+def _uuid_or_404(value: str, message: str):
+    import uuid
+
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ApiError(message, 404) from None
+
+
+@api_view(("GET",))
+async def mcp_call_detail(request: HttpRequest, call_id: str) -> JsonResponse:
+    cid = _uuid_or_404(call_id, "call not found")
+    wait = _wait_seconds(request.GET.get("wait"), 0.0)
+    return await _call_answer(cid, wait, full=True)
+
+
+@api_view(("POST",))
+async def mcp_call_cancel(request: HttpRequest, call_id: str) -> JsonResponse:
+    from asgiref.sync import sync_to_async
+
+    from .. import calls
+
+    cid = _uuid_or_404(call_id, "call not found")
+    try:
+        call, tell_owner = await sync_to_async(calls.cancel)(cid)
+    except calls.CallError as exc:
+        raise ApiError(exc.message, exc.status) from None
+    if tell_owner:
+        await control.cancel_call(call)
+    else:
+        await calls.announce(str(call.id))
+    return JsonResponse({"ok": True})
+
+
+@api_view(("GET",))
+def pending(request: HttpRequest) -> JsonResponse:
+    from ..models import ToolCall
+
+    rows = ToolCall.objects.filter(status="pending").order_by("created_at")
+    return JsonResponse({"pending": [c.to_pending() for c in rows]})
+
+
+@api_view(("POST",))
+async def confirm(request: HttpRequest, session_id: str, confirm_id: str) -> JsonResponse:
+    from asgiref.sync import sync_to_async
+
+    from .. import calls
+
+    body = await sync_to_async(json_body)(request)
+    try:
+        call = await sync_to_async(calls.reply)(session_id, confirm_id, body, _who(request))
+    except calls.CallError as exc:
+        raise ApiError(exc.message, exc.status) from None
+    if call.status == "running":
+        await calls.dispatch(call)
+    await calls.announce(str(call.id))
+    return JsonResponse({"ok": True})

@@ -1,0 +1,70 @@
+"""Channels consumers: the browser's live socket (status and pending pushes), and the
+supervisor's channel, whose handlers hand work to the supervisor without awaiting it."""
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.consumer import AsyncConsumer
+
+from . import control
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    """Pushes server status and pending confirmations to a signed-in browser as htmx
+    out-of-band fragments (the hx-ws extension swaps them in by id)."""
+
+    groups = [control.STATUS, control.PENDING]
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close()
+            return
+        await self.accept()
+
+    async def status_changed(self, event: dict) -> None:
+        await self._push(event)
+
+    async def pending_changed(self, event: dict) -> None:
+        await self._push(event)
+
+    async def _push(self, event: dict) -> None:
+        from .live import render_push
+
+        html = await render_push(event, self.scope)
+        if html:
+            await self.send(text_data=html)
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        """The browser only listens; anything it sends is ignored."""
+
+
+class SupervisorConsumer(AsyncConsumer):
+    """Receives requests for the supervisor of this process. Handlers only hand over: the
+    supervisor spawns a task, so no handler awaits MCP."""
+
+    async def config_changed(self, message: dict) -> None:
+        from .supervisor import current
+
+        sup = current()
+        if sup is not None:
+            sup.request_rescan()
+
+    async def call_run(self, message: dict) -> None:
+        from .supervisor import current
+
+        sup = current()
+        if sup is not None:
+            sup.spawn_call(message["call_id"])
+
+    async def call_cancel(self, message: dict) -> None:
+        from .supervisor import current
+
+        sup = current()
+        if sup is not None:
+            sup.cancel_call(message["call_id"])
+
+    async def servers_reconnect(self, message: dict) -> None:
+        from .supervisor import current
+
+        sup = current()
+        if sup is not None:
+            sup.spawn_reconnect(message.get("names"), message.get("reply"))

@@ -1,0 +1,95 @@
+"""The web side's messages to the supervisors, through the channel layer. Web code never talks
+to MCP itself: it writes what is wanted in the database and says so here."""
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+SUPERVISORS = "mcp-supervisors"  # group every supervisor worker joins
+STATUS = "mcp-status"  # group browsers join for live server status
+PENDING = "mcp-pending"  # group browsers join for live pending confirmations
+
+
+def call_group(call_id: str) -> str:
+    return f"mcp-call-{call_id}"
+
+
+def config_changed() -> None:
+    """Ask every supervisor to re-read the servers (added, changed, removed or reconnect)."""
+    send_group(SUPERVISORS, {"type": "config.changed"})
+
+
+def send_group(group: str, message: dict) -> None:
+    layer = get_channel_layer()
+    if layer is not None:
+        async_to_sync(layer.group_send)(group, message)
+
+
+async def asend_group(group: str, message: dict) -> None:
+    layer = get_channel_layer()
+    if layer is not None:
+        await layer.group_send(group, message)
+
+
+async def reconnect(name: str | None) -> dict[str, str] | None:
+    """Ask the owners of one server (or all) to reconnect, servers in parallel, and gather what
+    each became within the connect timeout. None when `name` is not a server."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+    from django.conf import settings
+
+    from .models import Server, Worker  # noqa: F811
+
+    def plan() -> dict[str, list[str]] | None:
+        rows = Server.objects.all() if name is None else Server.objects.filter(name=name)
+        servers = list(rows.values_list("name", "owner", "enabled", "state", "last_error"))
+        if name is not None and not servers:
+            return None
+        channels = dict(Worker.objects.values_list("name", "channel"))
+        by_channel: dict[str, list[str]] = {}
+        for sname, owner, enabled, state, error in servers:
+            key = channels.get(owner) if enabled else None
+            by_channel.setdefault(key or f"!none:{sname}", []).append(sname)
+        return by_channel
+
+    by_channel = await sync_to_async(plan)()
+    if by_channel is None:
+        return None
+    outcome: dict[str, str] = {}
+    layer = get_channel_layer()
+    reply = await layer.new_channel()
+    asked = 0
+    for channel, names in by_channel.items():
+        if channel.startswith("!none:"):
+            row = await Server.objects.filter(name=names[0]).afirst()
+            outcome[names[0]] = "disabled" if row and not row.enabled else (
+                row.last_error if row and row.last_error else "not connected: no worker holds this server")
+            continue
+        await layer.send(channel, {"type": "servers.reconnect", "names": names, "reply": reply})
+        asked += 1
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.AGENVOY_CONNECT_TIMEOUT + 3
+    while asked and loop.time() < deadline:
+        try:
+            message = await asyncio.wait_for(layer.receive(reply), deadline - loop.time())
+        except TimeoutError:
+            break
+        outcome.update(message.get("servers", {}))
+        asked -= 1
+    for names in by_channel.values():
+        for n in names:
+            outcome.setdefault(n, "reconnect timed out")
+    return dict(sorted(outcome.items()))
+
+
+async def cancel_call(call) -> None:
+    """Tell the worker running a call to cancel it (it sends notifications/cancelled)."""
+    from asgiref.sync import sync_to_async
+
+    from .models import Worker
+
+    channel = await sync_to_async(
+        lambda: Worker.objects.filter(name=call.worker).values_list("channel", flat=True).first()
+    )()
+    if channel:
+        await get_channel_layer().send(channel, {"type": "call.cancel", "call_id": str(call.id)})

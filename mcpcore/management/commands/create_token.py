@@ -1,0 +1,15 @@
+from django.core.management.base import BaseCommand
+
+from mcpcore.models import ApiToken
+
+
+class Command(BaseCommand):
+    help = "Create an API token for /v1 and print it once (only its hash is stored)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("name")
+        parser.add_argument("--no-auto", action="store_true", help="the token may not use auto mode")
+
+    def handle(self, name, no_auto, **options):
+        _, token = ApiToken.issue(name, may_auto=not no_auto)
+        self.stdout.write(token)

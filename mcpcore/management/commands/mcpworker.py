@@ -1,0 +1,36 @@
+import asyncio
+import logging
+import signal
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from mcpcore.supervisor import Supervisor, host
+
+log = logging.getLogger("mcpcore.worker")
+
+
+class Command(BaseCommand):
+    help = "Run an MCP supervisor worker for scale-out (needs REDIS_URL)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--name", default=None, help="worker name (default: host-pid-random)")
+
+    def handle(self, name, **options):
+        if not settings.REDIS_URL:
+            raise CommandError("mcpworker needs REDIS_URL: workers reach web processes through Redis")
+        asyncio.run(self._main(name))
+
+    async def _main(self, name):
+        sup = Supervisor(exclusive=False, name=name)
+        task = asyncio.ensure_future(host.run(sup))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        self.stdout.write(f"mcpworker {sup.name} started\n")
+        self.stdout.flush()
+        await stop.wait()
+        # A graceful stop hands every server back at once, so others take them over.
+        await asyncio.wait_for(sup.stop(), 10)
+        task.cancel()

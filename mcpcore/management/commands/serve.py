@@ -1,0 +1,76 @@
+# daphne.server installs Twisted's asyncio reactor on import: it must come first.
+import daphne.server  # noqa: I001  isort:skip
+
+import asyncio
+import logging
+
+from django.core.management.base import BaseCommand
+from twisted.internet import defer, reactor
+
+from mcpcore.supervisor import Supervisor
+from mcpcore.supervisor import host
+
+log = logging.getLogger("mcpcore.serve")
+
+
+class EmbeddedServer(daphne.server.Server):
+    """Daphne plus the MCP supervisor on the same event loop (Daphne has no ASGI lifespan).
+
+    The supervisor starts when the reactor runs, so pages answer while servers connect; on
+    shutdown (SIGTERM, Ctrl-C) it is stopped first, closing every MCP session and process.
+    """
+
+    def run(self):
+        self.supervisor = Supervisor(exclusive=True)
+        self._host_task = None
+        reactor.callWhenRunning(self._start_supervisor)
+        reactor.addSystemEventTrigger("before", "shutdown", self._stop_supervisor)
+        super().run()
+
+    def _start_supervisor(self):
+        self._host_task = asyncio.ensure_future(host.run(self.supervisor))
+
+    def _stop_supervisor(self):
+        async def stop():
+            try:
+                await asyncio.wait_for(self.supervisor.stop(), 4)
+            except Exception:
+                log.exception("supervisor stop failed")
+            if self._host_task is not None:
+                self._host_task.cancel()
+
+        return defer.Deferred.fromFuture(asyncio.ensure_future(stop()))
+
+
+def application():
+    from agenvoy_site.asgi import application as app
+
+    from mcpcore.staticserve import StaticFiles
+
+    return StaticFiles(app)
+
+
+def run_embedded(host_addr: str, port: int, stdout=None) -> None:
+    server = EmbeddedServer(
+        application=application(),
+        endpoints=[f"tcp:port={port}:interface={host_addr}"],
+        signal_handlers=True,
+        action_logger=None,
+        http_timeout=None,
+        websocket_timeout=86400,
+    )
+    if stdout is not None:
+        stdout.write(f"Agenvoy MCP console on http://{host_addr}:{port}/ (Ctrl-C to stop)\n")
+        stdout.flush()
+    server.run()
+
+
+class Command(BaseCommand):
+    help = "Run the console in one process: Daphne (HTTP, WebSocket) and the MCP supervisor."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+
+    def handle(self, host, port, **options):
+        run_embedded(host, port, self.stdout)

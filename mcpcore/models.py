@@ -1,0 +1,351 @@
+"""The console's data. The database is the meeting point between the web side (what is wanted)
+and the supervisor (what it observes); the shared files `mcp.json` and `allow_tool` stay the
+truth for configuration and trust, and these tables mirror them."""
+
+import datetime
+import hashlib
+import secrets
+import uuid
+
+from django.db import models
+from django.utils import timezone
+
+from . import names
+
+TRANSPORTS = [("stdio", "stdio"), ("streamable-http", "streamable-http"), ("sse", "sse")]
+SECRET_MASK = "********"
+
+
+def transport_of(config: dict) -> str | None:
+    """The transport a server config asks for: an explicit `type`, else `url` over `command`."""
+    kind = config.get("type")
+    if kind in ("stdio", "streamable-http", "sse"):
+        return kind
+    if kind == "http":
+        return "streamable-http"
+    if isinstance(config.get("url"), str) and config["url"].strip():
+        return "streamable-http"
+    if isinstance(config.get("command"), str) and config["command"].strip():
+        return "stdio"
+    return None
+
+
+class Server(models.Model):
+    """One MCP server of `mcp.json`. `config` is its entry exactly as in the file (unknown keys
+    included); the other fields are derived from it or observed by the supervisor."""
+
+    STATES = [
+        ("connected", "connected"),
+        ("connecting", "connecting"),
+        ("error", "error"),
+        ("disabled", "disabled"),
+    ]
+
+    name = models.CharField(max_length=64, unique=True)
+    config = models.JSONField(default=dict)
+    transport = models.CharField(max_length=20, blank=True, default="")
+    enabled = models.BooleanField(default=True)
+    call_timeout = models.FloatField(null=True, blank=True)
+    config_hash = models.CharField(max_length=64, default="")
+    # Observed by the supervisor.
+    state = models.CharField(max_length=12, choices=STATES, default="connecting")
+    last_error = models.TextField(blank=True, default="")
+    protocol_version = models.CharField(max_length=32, blank=True, default="")
+    server_info = models.JSONField(default=dict, blank=True)
+    instructions = models.TextField(blank=True, default="")
+    signature = models.CharField(max_length=64, blank=True, default="")
+    last_refresh = models.DateTimeField(null=True, blank=True)
+    connected_at = models.DateTimeField(null=True, blank=True)
+    warnings = models.JSONField(default=list, blank=True)
+    # Wanted by the web side: bumped to ask the owner for a reconnect.
+    reconnect_generation = models.PositiveIntegerField(default=0)
+    # Scale-out lease: exactly one live worker owns a server's session.
+    owner = models.CharField(max_length=64, blank=True, default="")
+    lease_expires = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def prefix(self) -> str:
+        return names.server_prefix(self.name)
+
+    @property
+    def misconfigured(self) -> bool:
+        return self.transport == ""
+
+    def masked_config(self) -> dict:
+        return mask_config(self.config)
+
+    @staticmethod
+    def hash_config(config: dict) -> str:
+        import json
+
+        return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+    def apply_config(self, config: dict) -> None:
+        """Set `config` and everything derived from it."""
+        self.config = config
+        self.transport = transport_of(config) or ""
+        self.enabled = not bool(config.get("disabled", False))
+        timeout = config.get("timeout")
+        self.call_timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
+        self.config_hash = self.hash_config(config)
+
+    def to_status(self, tool_count: int) -> dict:
+        return {
+            "Name": self.name,
+            "Transport": self.transport,
+            "Connected": self.state == "connected",
+            "Error": self.last_error if self.state != "connected" else "",
+            "state": self.state,
+            "tools": tool_count,
+            "protocol": self.protocol_version,
+            "last_refresh": iso(self.last_refresh),
+        }
+
+
+def mask_config(config: dict) -> dict:
+    """A copy of a server config with every env and headers value replaced by the mask."""
+    out = dict(config)
+    for key in ("env", "headers"):
+        if isinstance(out.get(key), dict):
+            out[key] = {k: SECRET_MASK for k in out[key]}
+    return out
+
+
+def unmask_config(new: dict, old: dict | None) -> dict:
+    """Posting the mask back keeps the stored secret value."""
+    out = dict(new)
+    for key in ("env", "headers"):
+        values = out.get(key)
+        if isinstance(values, dict):
+            previous = (old or {}).get(key) or {}
+            out[key] = {
+                k: (previous.get(k, "") if v == SECRET_MASK else v) for k, v in values.items()
+            }
+    return out
+
+
+def iso(value) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(datetime.UTC).isoformat().replace("+00:00", "Z")
+
+
+class Tool(models.Model):
+    """A tool of a connected server, registered as `mcp__<server>__<tool>`. Rows of a server are
+    replaced together when its tool-list signature changes."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="tools")
+    tool_name = models.CharField(max_length=512)
+    registered_name = models.CharField(max_length=700, unique=True)
+    title = models.CharField(max_length=512, blank=True, default="")
+    description = models.TextField(blank=True, default="")
+    input_schema = models.JSONField(default=dict)
+    annotations = models.JSONField(default=dict, blank=True)
+    signature = models.CharField(max_length=64, blank=True, default="")
+    llm_safe = models.BooleanField(default=True)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["server__name", "tool_name"]
+
+    def __str__(self) -> str:
+        return self.registered_name
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.registered_name,
+            "description": self.description,
+            "parameters": self.input_schema,
+            "server": self.server.name,
+            "tool": self.tool_name,
+            "llm_safe": self.llm_safe,
+        }
+
+
+class AllowEntry(models.Model):
+    """One line of `allow_tool`; the table mirrors the file, which stays the shared truth."""
+
+    entry = models.CharField(max_length=700, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["entry"]
+
+    def __str__(self) -> str:
+        return self.entry
+
+
+class ApiToken(models.Model):
+    """A bearer token for `/v1`. Only its SHA-256 is stored; the token is shown once."""
+
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True)
+    hint = models.CharField(max_length=12, default="")
+    may_auto = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @staticmethod
+    def hash(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    @classmethod
+    def issue(cls, name: str, may_auto: bool = True) -> tuple["ApiToken", str]:
+        """Create a token; returns the row and the clear token, which is never stored."""
+        token = "agv_" + secrets.token_urlsafe(32)
+        row = cls.objects.create(
+            name=name, token_hash=cls.hash(token), hint=token[:8], may_auto=may_auto
+        )
+        return row, token
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
+class ToolCall(models.Model):
+    """One tool call by an agent, from request through the gate to its result. A call waiting
+    for a person (status `pending`) is the pending confirmation: `confirm_id` names it."""
+
+    ENDED = ("done", "error", "skipped", "expired", "aborted", "cancelled", "interrupted")
+    STATUSES = [(s, s) for s in ("pending", "running", *ENDED)]
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    confirm_id = models.UUIDField(null=True, blank=True, unique=True)
+    session_id = models.CharField(max_length=200, db_index=True)
+    tool_name = models.CharField(max_length=700, db_index=True)
+    server_name = models.CharField(max_length=64, db_index=True)
+    tool = models.CharField(max_length=512)
+    arguments = models.JSONField(default=dict)
+    mode = models.CharField(max_length=10, default="confirm")
+    token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL)
+    requested_by = models.CharField(max_length=150, blank=True, default="")
+    status = models.CharField(max_length=12, choices=STATUSES, default="pending", db_index=True)
+    decision = models.CharField(max_length=20, blank=True, default="")
+    decided_by = models.CharField(max_length=150, blank=True, default="")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=64, blank=True, default="")
+    attempts = models.PositiveSmallIntegerField(default=0)
+    result = models.TextField(blank=True, default="")
+    is_error = models.BooleanField(default=False)
+    truncated = models.BooleanField(default=False)
+    result_bytes = models.PositiveBigIntegerField(default=0)
+    raw_result = models.TextField(blank=True, default="")
+    raw_truncated = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "expires_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} ({self.status})"
+
+    @property
+    def ended(self) -> bool:
+        return self.status in self.ENDED
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at and self.ended_at:
+            return (self.ended_at - self.started_at).total_seconds()
+        return None
+
+    def to_answer(self) -> dict:
+        """The body `POST /v1/mcp/call` answers with."""
+        body = {
+            "call_id": str(self.id),
+            "session_id": self.session_id,
+            "status": self.status,
+        }
+        if self.ended:
+            body["result"] = self.result
+            body["is_error"] = self.is_error
+            if self.status == "aborted":
+                body["abort"] = True
+        else:
+            body["confirm_id"] = str(self.confirm_id) if self.confirm_id else None
+        return body
+
+    def to_dict(self) -> dict:
+        body = self.to_answer()
+        body.update(
+            {
+                "tool": self.tool_name,
+                "arguments": self.arguments,
+                "mode": self.mode,
+                "decision": self.decision,
+                "decided_by": self.decided_by,
+                "reason": self.reason,
+                "confirm_id": str(self.confirm_id) if self.confirm_id else None,
+                "created_at": iso(self.created_at),
+                "decided_at": iso(self.decided_at),
+                "started_at": iso(self.started_at),
+                "ended_at": iso(self.ended_at),
+                "expires_at": iso(self.expires_at),
+                "duration": self.duration,
+                "truncated": self.truncated,
+            }
+        )
+        return body
+
+    def to_pending(self) -> dict:
+        return {
+            "id": str(self.confirm_id),
+            "kind": "tool_confirm",
+            "session_id": self.session_id,
+            "tool_name": self.tool_name,
+            "tool_args": self.arguments,
+            "created_at": iso(self.created_at),
+            "expires_at": iso(self.expires_at),
+            "call_id": str(self.id),
+        }
+
+
+class SessionAllowance(models.Model):
+    """"Approve for this session": every tool called with this session id runs without asking
+    until the allowance is revoked."""
+
+    session_id = models.CharField(max_length=200, db_index=True)
+    granted_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+
+class Worker(models.Model):
+    """A live supervisor (the embedded one or an `mcpworker`): its channel and heartbeat."""
+
+    name = models.CharField(max_length=64, unique=True)
+    channel = models.CharField(max_length=200)
+    heartbeat = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(default=timezone.now)
+
+
+class FileState(models.Model):
+    """What happened the last time a shared file was read: its problem, if it has one."""
+
+    name = models.CharField(max_length=32, unique=True)
+    error = models.TextField(blank=True, default="")
+    checked_at = models.DateTimeField(default=timezone.now)
+    content_hash = models.CharField(max_length=64, blank=True, default="")

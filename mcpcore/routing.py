@@ -1,0 +1,9 @@
+"""Channels routes: the browser's live socket, and the supervisor's channel."""
+
+from django.urls import path
+
+from . import consumers
+
+websocket_urlpatterns = [
+    path("ws/live/", consumers.LiveConsumer.as_asgi()),
+]

@@ -1,0 +1,7 @@
+"""The MCP supervisor: the only code that imports `mcp`. One per process that hosts it (the
+embedded `serve`, or each `mcpworker`); it owns the sessions of the servers it holds a lease on.
+"""
+
+from .core import Supervisor, current
+
+__all__ = ["Supervisor", "current"]

@@ -1,0 +1,216 @@
+"""The supervisor: leases, server sessions, tool calls, confirmation expiry, file watching.
+
+Web processes never call into this object: they write to the database and send channel-layer
+messages that the SupervisorConsumer hands over here. Everything here runs on one event loop.
+"""
+
+import asyncio
+import datetime
+import logging
+import math
+import os
+import socket
+import uuid
+from pathlib import Path
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from .. import calls, control, files
+from ..models import Server, ToolCall, Worker
+from . import runner
+from .session import ServerSession
+
+log = logging.getLogger("mcpcore.supervisor")
+
+_current: "Supervisor | None" = None
+TICK = 1.0
+
+
+def current() -> "Supervisor | None":
+    return _current
+
+
+class Supervisor:
+    """Hosts the sessions of the servers this worker holds a lease on."""
+
+    def __init__(self, exclusive: bool = True, name: str | None = None) -> None:
+        # exclusive: the only supervisor (embedded serve); it takes every lease at once.
+        self.exclusive = exclusive
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.channel = f"mcp-worker.{self.name}"
+        self.sessions: dict[str, ServerSession] = {}
+        self.calls: dict[str, asyncio.Task] = {}
+        self._signatures: dict[str, str] = {}
+        self._rescan = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._watcher = files.FileWatcher()
+        self._errlogs: dict[str, object] = {}
+        self.started = asyncio.Event()
+
+    # --- life --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Register, join the supervisors' group, and start the background loops."""
+        global _current
+        _current = self
+        from channels.layers import get_channel_layer
+
+        layer = get_channel_layer()
+        await layer.group_add(control.SUPERVISORS, self.channel)
+        await sync_to_async(self._register_worker)()
+        self._tasks.append(asyncio.ensure_future(self._loop()))
+
+    def _register_worker(self) -> None:
+        Worker.objects.update_or_create(
+            name=self.name, defaults={"channel": self.channel, "heartbeat": timezone.now()}
+        )
+        if self.exclusive:
+            # One process, one supervisor: whatever an earlier run owned is ours now, and
+            # whatever it was running when it died was interrupted.
+            Worker.objects.exclude(name=self.name).delete()
+            Server.objects.update(owner="", lease_expires=None)
+            calls.interrupt_orphans(worker_alive=lambda w: w == self.name)
+
+    async def stop(self) -> None:
+        """Close every session (and with it every stdio server process), give leases back."""
+        global _current
+        self._stop.set()
+        for task in self._tasks:
+            task.cancel()
+        for task in list(self.calls.values()):
+            task.cancel()
+        await asyncio.gather(*(s.stop() for s in list(self.sessions.values())), return_exceptions=True)
+        self.sessions.clear()
+        await sync_to_async(self._unregister)()
+        for f in self._errlogs.values():
+            f.close()
+        if _current is self:
+            _current = None
+
+    def _unregister(self) -> None:
+        Server.objects.filter(owner=self.name).update(owner="", lease_expires=None)
+        Worker.objects.filter(name=self.name).delete()
+        calls.interrupt_orphans(worker_alive=lambda w: w != self.name)
+
+    def errlog(self, name: str):
+        """Each stdio server's stderr goes to its own log file in the data folder."""
+        if name not in self._errlogs:
+            folder = Path(settings.DATA_DIR) / "logs"
+            folder.mkdir(parents=True, exist_ok=True)
+            self._errlogs[name] = open(folder / f"{name}.stderr.log", "a", buffering=1)
+        return self._errlogs[name]
+
+    # --- requests from the consumer ---------------------------------------------------------
+
+    def request_rescan(self) -> None:
+        self._rescan.set()
+
+    def spawn_call(self, call_id: str) -> None:
+        if call_id not in self.calls:
+            task = asyncio.ensure_future(runner.run_call(self, call_id))
+            self.calls[call_id] = task
+            task.add_done_callback(lambda _t: self.calls.pop(call_id, None))
+
+    def cancel_call(self, call_id: str) -> None:
+        task = self.calls.get(call_id)
+        if task is not None:
+            task.cancel()
+
+    def spawn_reconnect(self, names: list[str] | None, reply: str | None) -> None:
+        asyncio.ensure_future(self._reconnect(names, reply))
+
+    async def _reconnect(self, names: list[str] | None, reply: str | None) -> None:
+        targets = [n for n in (names or list(self.sessions)) if n in self.sessions]
+        futures = {n: self.sessions[n].reconnect() for n in targets}
+        outcome: dict[str, str] = {}
+        for name, fut in futures.items():
+            try:
+                outcome[name] = await asyncio.wait_for(fut, settings.AGENVOY_CONNECT_TIMEOUT + 2)
+            except TimeoutError:
+                outcome[name] = "reconnect timed out"
+        if reply:
+            from channels.layers import get_channel_layer
+
+            await get_channel_layer().send(reply, {"type": "reconnect.done", "servers": outcome})
+
+    # --- signatures (in memory: an unchanged poll writes nothing) ---------------------------
+
+    def known_signature(self, name: str) -> str | None:
+        return self._signatures.get(name)
+
+    def remember_signature(self, name: str, sig: str) -> None:
+        self._signatures[name] = sig
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        """Every tick: shared files, heartbeat and leases, sessions to start or stop,
+        confirmations to expire, calls to pick up. Woken early by a rescan request."""
+        await sync_to_async(files.sync_allow)()
+        await sync_to_async(files.sync_servers)()
+        self._watcher.changed(files.ALLOW_TOOL)
+        self._watcher.changed(files.MCP_JSON)
+        self.started.set()
+        while not self._stop.is_set():
+            try:
+                await self._tick()
+            except Exception:
+                log.exception("supervisor tick failed")
+            try:
+                await asyncio.wait_for(self._rescan.wait(), TICK)
+            except TimeoutError:
+                pass
+            self._rescan.clear()
+
+    async def _tick(self) -> None:
+        changed = await sync_to_async(self._watcher.check)()
+        owned, wanted_config = await sync_to_async(self._leases)()
+        for name in list(self.sessions):
+            if name not in owned:
+                session = self.sessions.pop(name)
+                self._signatures.pop(name, None)
+                await session.stop()
+        for name in owned:
+            session = self.sessions.get(name)
+            if session is None:
+                session = self.sessions[name] = ServerSession(self, name)
+                session.config_hash = wanted_config[name]
+                session.start()
+            elif session.config_hash != wanted_config[name] or (changed and name in changed):
+                session.config_hash = wanted_config[name]
+                self._signatures.pop(name, None)
+                session.reconnect()
+        expired = await sync_to_async(calls.expire_due)()
+        for call_id in expired:
+            await calls.announce(call_id)
+        for call_id in await sync_to_async(calls.unstarted_for)(list(owned)):
+            self.spawn_call(call_id)
+
+    def _leases(self) -> tuple[set[str], dict[str, str]]:
+        """Renew our leases, take free or expired ones (a fair share when others are alive),
+        give up the ones of removed servers. Claims are conditional updates."""
+        now = timezone.now()
+        until = now + datetime.timedelta(seconds=settings.AGENVOY_LEASE_SECONDS)
+        Worker.objects.filter(name=self.name).update(heartbeat=now)
+        Server.objects.filter(owner=self.name).update(lease_expires=until)
+        servers = list(Server.objects.values_list("name", "owner", "lease_expires", "config_hash"))
+        alive = Worker.objects.filter(heartbeat__gte=now - datetime.timedelta(
+            seconds=settings.AGENVOY_LEASE_SECONDS)).count()
+        share = math.ceil(len(servers) / max(alive, 1))
+        mine = {n for n, owner, _e, _h in servers if owner == self.name}
+        for name, owner, expires, _h in servers:
+            if name in mine or len(mine) >= share and not self.exclusive:
+                continue
+            if owner and expires and expires > now:
+                continue
+            took = Server.objects.filter(name=name, owner=owner).filter(
+                Q(lease_expires=expires) if expires else Q(lease_expires__isnull=True)
+            ).update(owner=self.name, lease_expires=until)
+            if took == 1:
+                mine.add(name)
+        hashes = {n: h for n, _o, _e, h in servers}
+        return mine, {n: hashes[n] for n in mine}

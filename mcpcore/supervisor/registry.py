@@ -1,0 +1,105 @@
+"""Tool lists to registered tools: the signature, and the database writes (SPEC 3, 6).
+Database functions here are synchronous; the supervisor calls them through sync_to_async."""
+
+import hashlib
+import json
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from .. import names
+from ..models import Server, Tool
+
+log = logging.getLogger("mcpcore.supervisor")
+
+
+def tool_dicts(server: str, tools: list) -> tuple[list[dict], list[str]]:
+    """Registered tool rows from an SDK tool list, and the warnings for skipped tools."""
+    rows: list[dict] = []
+    warnings: list[str] = []
+    seen: set[str] = set()
+    for tool in tools:
+        tool_name = (tool.name or "").strip()
+        if not tool_name:
+            warnings.append("a tool with an empty name was skipped")
+            continue
+        reg = names.registered_name(server, tool_name)
+        if reg in seen:
+            warnings.append(f"tool {tool_name!r} maps to {reg}, already registered: rejected")
+            continue
+        seen.add(reg)
+        schema = tool.input_schema if isinstance(tool.input_schema, dict) else None
+        annotations = tool.annotations.model_dump(mode="json", exclude_none=True) if tool.annotations else {}
+        rows.append(
+            {
+                "tool_name": tool_name,
+                "registered_name": reg,
+                "title": getattr(tool, "title", None) or "",
+                "description": (tool.description or "").strip()
+                or names.default_description(server, tool_name),
+                "raw_description": tool.description or "",
+                "input_schema": names.normalize_schema(schema),
+                "raw_schema": tool.input_schema,
+                "annotations": annotations,
+                "llm_safe": names.is_llm_safe(reg),
+            }
+        )
+    for w in warnings:
+        log.warning("server %s: %s", server, w)
+    return rows, warnings
+
+
+def signature(rows: list[dict]) -> str:
+    """SHA-256 over the tools sorted by name: name NUL description NUL schema-JSON NUL."""
+    h = hashlib.sha256()
+    for row in sorted(rows, key=lambda r: r["tool_name"]):
+        h.update(row["tool_name"].encode())
+        h.update(b"\0")
+        h.update(row["raw_description"].encode())
+        h.update(b"\0")
+        h.update(json.dumps(row["raw_schema"], sort_keys=True, separators=(",", ":")).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def replace_tools(server_name: str, rows: list[dict], sig: str, warnings: list[str]) -> bool:
+    """Replace all of a server's tools in one transaction; False when the server is gone."""
+    with transaction.atomic():
+        server = Server.objects.select_for_update().filter(name=server_name).first()
+        if server is None:
+            return False
+        Tool.objects.filter(server=server).delete()
+        Tool.objects.bulk_create(
+            [
+                Tool(
+                    server=server,
+                    tool_name=r["tool_name"],
+                    registered_name=r["registered_name"],
+                    title=r["title"],
+                    description=r["description"],
+                    input_schema=r["input_schema"],
+                    annotations=r["annotations"],
+                    signature=sig,
+                    llm_safe=r["llm_safe"],
+                    position=i,
+                )
+                for i, r in enumerate(rows)
+            ]
+        )
+        Server.objects.filter(pk=server.pk).update(
+            signature=sig, last_refresh=timezone.now(), warnings=warnings
+        )
+    return True
+
+
+def instructions_block(servers: list[tuple[str, str]]) -> str:
+    """The system-prompt block of SPEC 6 from (server, instructions) pairs."""
+    items = sorted(((n, t.strip()) for n, t in servers if t and t.strip()), key=lambda x: x[0].encode())
+    if not items:
+        return ""
+    head = (
+        "## MCP Server Instructions\n\nEach block below is the operating contract of one MCP "
+        "server: follow it when you use that server's tools.\n"
+    )
+    return head + "".join(f"\n### {name}\n\n{text}\n" for name, text in items)

@@ -1,0 +1,116 @@
+"""Running one approved tool call on its server's session: claim, timeout with progress,
+cancel, retry once on a renewed session, convert and store the result (SPEC 4, 6)."""
+
+import asyncio
+import logging
+
+import anyio
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+
+from .. import calls, gate, results
+from ..models import Server, ToolCall
+from .session import describe, is_session_lost
+
+log = logging.getLogger("mcpcore.supervisor")
+
+
+class CallTimeout(Exception):
+    pass
+
+
+def _claim(call_id: str, worker: str) -> ToolCall | None:
+    """Take an approved, unstarted call; only one worker ever gets it."""
+    claimed = ToolCall.objects.filter(id=call_id, status="running", started_at__isnull=True).update(
+        started_at=timezone.now(), worker=worker, attempts=F("attempts") + 1
+    )
+    return ToolCall.objects.filter(id=call_id).first() if claimed == 1 else None
+
+
+def _timeout_of(server_name: str) -> float:
+    value = Server.objects.filter(name=server_name).values_list("call_timeout", flat=True).first()
+    return value or settings.AGENVOY_CALL_TIMEOUT
+
+
+async def run_call(sup, call_id: str) -> None:
+    call = await sync_to_async(_claim)(call_id, sup.name)
+    if call is None:
+        return
+    try:
+        status, text, extra = await _execute(sup, call)
+    except asyncio.CancelledError:
+        stopping = sup._stop.is_set()
+        status, text = ("interrupted", calls.INTERRUPTED) if stopping else ("cancelled", "cancelled")
+        await sync_to_async(calls.finish)(call.id, status, text, is_error=stopping)
+        await calls.announce(call_id)
+        raise
+    except Exception as exc:  # a failure of this call is this call's error, nothing more
+        log.warning("call %s (%s) failed: %s", call_id, call.tool_name, describe(exc))
+        status, text, extra = "error", f"tool error: {describe(exc)}", {"is_error": True}
+    await sync_to_async(calls.finish)(call.id, status, text, **extra)
+    await calls.announce(call_id)
+
+
+async def _execute(sup, call: ToolCall) -> tuple[str, str, dict]:
+    session = sup.sessions.get(call.server_name)
+    if session is None:
+        return "error", f"server {call.server_name} is not connected: not held by this worker", {"is_error": True}
+    timeout = await sync_to_async(_timeout_of)(call.server_name)
+    for attempt in (1, 2):
+        client = await session.wait_ready(settings.AGENVOY_CONNECT_TIMEOUT)
+        if client is None:
+            reason = session.error or "still connecting"
+            return "error", f"server {call.server_name} is not connected: {reason}", {"is_error": True}
+        try:
+            result = await _call(client, call, timeout)
+        except CallTimeout:
+            return "error", gate.timeout_text(call.tool_name, timeout), {"is_error": True}
+        except Exception as exc:
+            if attempt == 1 and is_session_lost(exc):
+                log.info("call %s: session of %s lost, renewing and retrying once", call.id, call.server_name)
+                session.session_lost()
+                await asyncio.sleep(0)
+                session.ready.clear()
+                continue
+            raise
+        return _store(result)
+    raise RuntimeError("unreachable")
+
+
+async def _call(client, call: ToolCall, timeout: float):
+    """call_tool with a deadline that progress notifications push back, up to the cap."""
+    loop_time = anyio.current_time
+    cap_at = loop_time() + settings.AGENVOY_CALL_MAX_SECONDS
+    with anyio.CancelScope() as scope:
+        scope.deadline = min(loop_time() + timeout, cap_at)
+
+        async def on_progress(progress, total, message) -> None:
+            scope.deadline = min(loop_time() + timeout, cap_at)
+
+        result = await client.call_tool(call.tool, call.arguments, progress_callback=on_progress)
+    if scope.cancelled_caught:
+        raise CallTimeout()
+    return result
+
+
+def _store(result) -> tuple[str, str, dict]:
+    wire = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    converted = results.convert(wire, cap=settings.AGENVOY_RESULT_CAP)
+    full = converted.text if not converted.truncated else results.converted_full(wire)
+    raw = full
+    raw_cut = False
+    if len(raw.encode()) > settings.AGENVOY_HISTORY_MAX_BYTES:
+        raw, raw_cut = results.cap_text(raw, settings.AGENVOY_HISTORY_MAX_BYTES)
+    return (
+        "error" if converted.is_error else "done",
+        converted.text,
+        {
+            "is_error": converted.is_error,
+            "truncated": converted.truncated,
+            "result_bytes": converted.total_bytes,
+            "raw_result": raw,
+            "raw_truncated": raw_cut,
+        },
+    )

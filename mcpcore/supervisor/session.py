@@ -1,0 +1,336 @@
+"""One MCP server's session, owned by its own task: connect, register, watch, renew.
+
+The Client is entered and exited in this task only. Calls from other tasks use the published
+client while `ready` is set; a session is published only after its handshake and first listing.
+"""
+
+import asyncio
+import logging
+import math
+import random
+from contextlib import AsyncExitStack
+
+import anyio
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.utils import timezone
+from mcp import Client
+
+from .. import control
+from ..models import Server
+from . import registry, transport
+
+log = logging.getLogger("mcpcore.supervisor")
+
+PAGE_CAP = 100
+DEBOUNCE = 0.2
+BACKOFF_START = 5.0
+BACKOFF_MAX = 300.0
+
+
+class SessionLost(Exception):
+    """The server's session ended under us (transport error, process exit, 404 session)."""
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line, human-readable error from whatever a connect or call raised."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [e for e in _leaves(exc) if not isinstance(e, (asyncio.CancelledError,))]
+        if leaves:
+            return describe(leaves[0])
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename or exc}"
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, TimeoutError):
+        return text if str(exc).strip() else "timed out"
+    return text.splitlines()[0][:500]
+
+
+def _leaves(group: BaseExceptionGroup):
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
+def is_session_lost(exc: BaseException) -> bool:
+    """Errors that mean the session is gone, not that one request failed."""
+    from mcp.shared.exceptions import MCPError
+
+    if isinstance(exc, BaseExceptionGroup):
+        return any(is_session_lost(e) for e in _leaves(exc))
+    if isinstance(exc, MCPError):
+        return exc.error.code == -32000 or "session" in str(exc).lower() and "404" in str(exc)
+    return isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, EOFError,
+                            ConnectionError, anyio.EndOfStream))
+
+
+def _not_supported(exc: BaseException) -> bool:
+    from mcp.shared.exceptions import MCPError
+
+    if type(exc).__name__ == "ListenNotSupportedError":
+        return True
+    return isinstance(exc, MCPError) and exc.error.code == -32601
+
+
+class ServerSession:
+    """Keeps one server connected and its tools registered until stopped."""
+
+    def __init__(self, supervisor, name: str) -> None:
+        self.sup = supervisor
+        self.name = name
+        self.client: Client | None = None
+        self.ready = asyncio.Event()
+        self.error = ""
+        self.protocol = ""
+        self.task: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+        self._refresh = asyncio.Event()
+        self._lost = asyncio.Event()
+        self._stopping = False
+        self._reconnect = False
+        self._attempt_done: list[asyncio.Future] = []
+        self.last_poll = None
+
+    # --- control from other tasks -----------------------------------------------------------
+
+    def start(self) -> None:
+        self.task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self.task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self.task), 5)
+            except (TimeoutError, asyncio.CancelledError):
+                self.task.cancel()
+                with _suppress():
+                    await self.task
+            except Exception:
+                pass
+
+    def reconnect(self) -> asyncio.Future:
+        """Drop the session and connect again now; the future gets "connected" or the error."""
+        fut = asyncio.get_running_loop().create_future()
+        self._attempt_done.append(fut)
+        self._reconnect = True
+        self._wake.set()
+        return fut
+
+    def session_lost(self) -> None:
+        self._lost.set()
+
+    async def wait_ready(self, timeout: float) -> Client | None:
+        if not self.ready.is_set():
+            try:
+                await asyncio.wait_for(self.ready.wait(), timeout)
+            except TimeoutError:
+                return None
+        return self.client
+
+    # --- the task ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = BACKOFF_START
+        while not self._stopping:
+            server = await sync_to_async(Server.objects.filter(name=self.name).first)()
+            if server is None:
+                return
+            if not server.enabled or server.misconfigured:
+                await self._set_state("disabled" if not server.enabled else "error",
+                                      "" if not server.enabled else server.last_error)
+                self._finish_attempts(server.last_error or "disabled")
+                await self._wait_wake(math.inf)
+                continue
+            self._reconnect = False
+            self._wake.clear()
+            self._lost.clear()
+            await self._set_state("connecting", self.error)
+            try:
+                await self._session(server)
+            except Exception as exc:  # any failure of this server stays with this server
+                self.error = describe(exc)
+                log.warning("server %s: %s", self.name, self.error)
+            finally:
+                self.client = None
+                self.ready.clear()
+            if self._stopping:
+                break
+            if self._reconnect:
+                backoff = BACKOFF_START
+                continue
+            if not self.error:
+                self.error = "session ended"
+            await self._set_state("error", self.error)
+            self._finish_attempts(self.error)
+            if self._lost.is_set() and self._was_connected:
+                # A session that was up gets renewed at once; backoff is for failing connects.
+                self._was_connected = False
+                continue
+            delay = backoff * random.uniform(0.9, 1.1)
+            backoff = min(backoff * 2, BACKOFF_MAX)
+            await self._wait_wake(delay)
+
+    _was_connected = False
+
+    async def _wait_wake(self, delay: float) -> None:
+        try:
+            await asyncio.wait_for(self._wake.wait(), None if delay == math.inf else delay)
+        except TimeoutError:
+            pass
+
+    async def _session(self, server: Server) -> None:
+        """One session, from connect to loss or stop."""
+        errlog = self.sup.errlog(self.name)
+        target = transport.make_target(server.config, server.transport, errlog)
+        client = Client(target, message_handler=self._on_message, cache=None,
+                        mode="auto")
+        with anyio.CancelScope() as scope:
+            # The connect bound covers the handshake and first listing, then is lifted.
+            scope.deadline = anyio.current_time() + settings.AGENVOY_CONNECT_TIMEOUT
+            async with AsyncExitStack() as stack:
+                await stack.enter_async_context(client)
+                await self._register(client)
+                scope.deadline = math.inf
+                self.client = client
+                self.protocol = client.protocol_version or ""
+                self.error = ""
+                self._was_connected = True
+                await self._publish_connected(client)
+                self.ready.set()
+                self._finish_attempts("connected")
+                await self._watch(client)
+        if scope.cancelled_caught and not self._stopping:
+            self.error = f"connect timed out after {settings.AGENVOY_CONNECT_TIMEOUT:g}s"
+
+    async def _watch(self, client: Client) -> None:
+        """Refresh on list_changed (debounced) and on the jittered poll, until woken or lost."""
+        async with anyio.create_task_group() as tg:
+            if self.protocol >= "2026":
+                tg.start_soon(self._listen, client)
+            poll = settings.AGENVOY_POLL_SECONDS
+            next_poll = anyio.current_time() + poll * random.uniform(0.9, 1.1)
+            while not (self._wake.is_set() or self._lost.is_set()):
+                waits = [self._wake.wait(), self._refresh.wait(), self._lost.wait()]
+                timeout = max(0.0, next_poll - anyio.current_time())
+                tasks = [asyncio.ensure_future(w) for w in waits]
+                try:
+                    await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for t in tasks:
+                        t.cancel()
+                if self._wake.is_set() or self._lost.is_set():
+                    break
+                if self._refresh.is_set():
+                    await asyncio.sleep(DEBOUNCE)
+                    self._refresh.clear()
+                elif anyio.current_time() < next_poll:
+                    continue
+                next_poll = anyio.current_time() + poll * random.uniform(0.9, 1.1)
+                try:
+                    await self._register(client)
+                except Exception as exc:
+                    self.error = describe(exc)
+                    log.warning("server %s: tool list failed: %s", self.name, self.error)
+                    self._lost.set()
+            tg.cancel_scope.cancel()
+
+    async def _listen(self, client: Client) -> None:
+        """2026-07-28 sessions deliver list_changed only inside `listen()`."""
+        while True:
+            try:
+                async with client.listen(tools_list_changed=True) as sub:
+                    async for _event in sub:
+                        self._refresh.set()
+            except Exception as exc:
+                if is_session_lost(exc):
+                    self._lost.set()
+                    return
+                if _not_supported(exc):
+                    # Servers without subscriptions are covered by the poll alone.
+                    log.info("server %s: no listen support (%s); polling only", self.name, describe(exc))
+                    return
+                log.info("server %s: listen ended: %s", self.name, describe(exc))
+            await anyio.sleep(1)
+            # The stream can end when the server dies: a ping tells loss from a quiet close.
+            try:
+                with anyio.fail_after(settings.AGENVOY_LIST_TIMEOUT):
+                    await client.send_ping()
+            except Exception:
+                self._lost.set()
+                return
+
+    async def _on_message(self, message) -> None:
+        method = getattr(message, "method", None)
+        if method is None and hasattr(message, "root"):
+            method = getattr(message.root, "method", None)
+        if method == "notifications/tools/list_changed":
+            self._refresh.set()
+        elif isinstance(message, Exception):
+            log.info("server %s: transport message: %s", self.name, describe(message))
+            if is_session_lost(message):
+                self._lost.set()
+
+    async def _list_all(self, client: Client) -> list:
+        """Every page of tools/list, bounded; a repeated cursor or too many pages is an error."""
+        tools: list = []
+        cursor = None
+        seen: set[str] = set()
+        with anyio.fail_after(settings.AGENVOY_LIST_TIMEOUT):
+            for _ in range(PAGE_CAP):
+                page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    return tools
+                if cursor in seen:
+                    raise RuntimeError(f"tools/list repeated the cursor {cursor!r}")
+                seen.add(cursor)
+        raise RuntimeError(f"tools/list has more than {PAGE_CAP} pages")
+
+    async def _register(self, client: Client) -> None:
+        tools = await self._list_all(client)
+        self.last_poll = timezone.now()
+        rows, warnings = registry.tool_dicts(self.name, tools)
+        sig = registry.signature(rows)
+        if sig == self.sup.known_signature(self.name):
+            return
+        if await sync_to_async(registry.replace_tools)(self.name, rows, sig, warnings):
+            self.sup.remember_signature(self.name, sig)
+            log.info("server %s: %d tools registered", self.name, len(rows))
+            await control.asend_group(control.STATUS, {"type": "status.changed", "server": self.name})
+
+    async def _publish_connected(self, client: Client) -> None:
+        info = client.server_info.model_dump(mode="json", exclude_none=True) if client.server_info else {}
+        await sync_to_async(Server.objects.filter(name=self.name).update)(
+            state="connected",
+            last_error="",
+            protocol_version=self.protocol,
+            instructions=(client.instructions or "").strip(),
+            server_info=info,
+            connected_at=timezone.now(),
+        )
+        await control.asend_group(control.STATUS, {"type": "status.changed", "server": self.name})
+
+    async def _set_state(self, state: str, error: str) -> None:
+        changed = await sync_to_async(
+            Server.objects.filter(name=self.name).exclude(state=state, last_error=error).update
+        )(state=state, last_error=error)
+        if changed:
+            await control.asend_group(control.STATUS, {"type": "status.changed", "server": self.name})
+
+    def _finish_attempts(self, outcome: str) -> None:
+        waiting, self._attempt_done = self._attempt_done, []
+        for fut in waiting:
+            if not fut.done():
+                fut.set_result(outcome)
+
+
+class _suppress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return True

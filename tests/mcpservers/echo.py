@@ -1,0 +1,61 @@
+"""Echo test server. stdio by default; streamable HTTP on 127.0.0.1:$MCP_ECHO_PORT (path /mcp) if set.
+
+    python tests/mcpservers/echo.py [--name NAME]
+"""
+
+import argparse
+import asyncio
+import os
+import sys
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--name", default="echo")
+args = parser.parse_args()
+
+mcp = MCPServer(args.name, instructions="Echo server instructions.", log_level="WARNING")
+
+
+@mcp.tool()
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text
+
+
+@mcp.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@mcp.tool()
+async def sleep(seconds: float) -> str:
+    """Sleep, then answer "slept". Writes "sleep cancelled" to stderr if cancelled."""
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        print("sleep cancelled", file=sys.stderr, flush=True)
+        raise
+    return "slept"
+
+
+@mcp.tool()
+def big(n: int) -> str:
+    """Return n times "x"."""
+    return "x" * n
+
+
+@mcp.tool()
+def fail() -> str:
+    """Always fails: the client gets a result with is_error=True and this message."""
+    raise ToolError("fail was called")
+
+
+if __name__ == "__main__":
+    port = os.environ.get("MCP_ECHO_PORT")
+    if port:
+        mcp.run("streamable-http", host="127.0.0.1", port=int(port))
+    else:
+        mcp.run()
