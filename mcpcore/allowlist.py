@@ -45,8 +45,13 @@ class Matcher:
                 self.exact.add(entry)
         self.prefixes = tuple(sorted(prefixes))
         # The registered-name prefix `mcp__<server>__` covers the usual whole-server grants:
-        # index those so a check is one dict lookup instead of a scan.
-        self._server_prefixes = {p for p in self.prefixes if p.startswith("mcp__") and p.endswith("__") and p.count("__") == 2}
+        # index those so a check is one dict lookup instead of a scan. Only prefixes whose first
+        # `__` after `mcp__` is their last two characters qualify: for those (and only those)
+        # the first `__` after `mcp__` in any name starting with them ends exactly there, so
+        # the lookup below agrees with `matches` (`mcp__a___` or `mcp_____` would not).
+        self._server_prefixes = {
+            p for p in self.prefixes if p.startswith("mcp__") and p.find("__", 5) == len(p) - 2
+        }
         self._other_prefixes = tuple(p for p in self.prefixes if p not in self._server_prefixes)
 
     def __call__(self, name: str) -> bool:

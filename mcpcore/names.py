@@ -4,8 +4,9 @@ import re
 
 PREFIX = "mcp__"
 SEP = "__"
-_SERVER_CHARS = re.compile(r"^[A-Za-z0-9_-]+$")
-_LLM_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# fullmatch, not `^...$`: `$` also matches before a trailing newline ("a\n" is not a name).
+_SERVER_CHARS = re.compile(r"[A-Za-z0-9_-]+")
+_LLM_SAFE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def server_name_problem(name: object) -> str | None:
@@ -18,7 +19,7 @@ def server_name_problem(name: object) -> str | None:
         return "must not be empty"
     if len(name) > 64:
         return "must be at most 64 characters"
-    if not _SERVER_CHARS.match(name):
+    if not _SERVER_CHARS.fullmatch(name):
         return "only ASCII letters, digits, '-' and '_' are allowed"
     if "__" in name:
         return "must not contain '__'"
@@ -56,7 +57,7 @@ def split_registered(name: str) -> tuple[str, str] | None:
 
 def is_llm_safe(name: str) -> bool:
     """Whether most LLM APIs accept `name` as a function name ([A-Za-z0-9_-], 1-64 chars)."""
-    return bool(_LLM_SAFE.match(name))
+    return bool(_LLM_SAFE.fullmatch(name))
 
 
 def default_description(server: str, tool: str) -> str:

@@ -1,0 +1,166 @@
+"""A real console for tests: `manage.py serve` in a subprocess with its own data folder,
+$AGENVOY_HOME and token, talked to over HTTP like any agent would."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+SERVERS = ROOT / "tests" / "mcpservers"
+EVERYTHING = ROOT / "servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+TIME_SERVER = ROOT / ".venv-servers/bin/mcp-server-time"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def our_server(script: str, *args: str, env: dict | None = None) -> dict:
+    """An mcp.json entry for one of our test servers under tests/mcpservers."""
+    entry = {"command": PYTHON, "args": [str(SERVERS / script), *args]}
+    if env:
+        entry["env"] = env
+    return entry
+
+
+def everything_stdio() -> dict:
+    return {"command": "node", "args": [str(EVERYTHING), "stdio"]}
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
+
+
+class Console:
+    """One `manage.py serve` process."""
+
+    def __init__(self, base: Path, servers: dict | None = None, env: dict | None = None) -> None:
+        self.base = base
+        self.home = base / "home"
+        self.data = base / "data"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "AGENVOY_HOME": str(self.home),
+            "AGENVOY_DATA_DIR": str(self.data),
+            "DJANGO_SECRET_KEY": "live-test",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        self.env.pop("DATABASE_URL", None) if "DATABASE_URL" not in (env or {}) else None
+        self.proc: subprocess.Popen | None = None
+        if servers is not None:
+            (self.home / "mcp.json").write_text(json.dumps({"servers": servers}, indent=2))
+        self.manage("migrate", "--noinput", "-v0")
+        self.token = self.manage("create_token", "tests").strip()
+        self.http = httpx2.Client(base_url=self.url, timeout=120,
+                                  headers={"Authorization": f"Bearer {self.token}"})
+
+    def manage(self, *args: str) -> str:
+        out = subprocess.run([PYTHON, str(ROOT / "manage.py"), *args], env=self.env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed: {out.stderr[-2000:]}")
+        return out.stdout
+
+    def start(self) -> "Console":
+        self.log = open(self.base / f"serve-{self.port}.log", "ab")
+        self.proc = subprocess.Popen(
+            [PYTHON, str(ROOT / "manage.py"), "serve", "--port", str(self.port)],
+            env=self.env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_until(self._answers, 30, what="serve answering")
+        return self
+
+    def _answers(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"serve exited with {self.proc.returncode}: {self.log_text()[-3000:]}")
+        try:
+            return httpx2.get(f"{self.url}/v1/openapi.json", timeout=2).status_code == 200
+        except httpx2.HTTPError:
+            return False
+
+    def log_text(self) -> str:
+        return (self.base / f"serve-{self.port}.log").read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> float:
+        """Stop serve; returns how long it took to exit."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0.0
+        started = time.monotonic()
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+        return time.monotonic() - started
+
+    def close(self) -> None:
+        self.stop()
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.http.close()
+
+    # --- API helpers ---------------------------------------------------------------------------
+
+    def get(self, path: str, **params):
+        return self.http.get(path, params=params or None)
+
+    def post(self, path: str, body: dict | None = None):
+        return self.http.post(path, json=body or {})
+
+    def status(self) -> dict:
+        return {s["Name"]: s for s in self.get("/v1/mcp/status").json()["servers"]}
+
+    def tools(self) -> dict:
+        return {t["name"]: t for t in self.get("/v1/mcp/tools").json()["tools"]}
+
+    def wait_connected(self, *names: str, timeout: float = 30) -> dict:
+        def ok():
+            st = self.status()
+            return st if all(st.get(n, {}).get("state") == "connected" and st[n]["tools"] for n in names) else None
+
+        return wait_until(ok, timeout, 0.1, what=f"{names} connected")
+
+    def call(self, name: str, arguments: dict | None = None, **extra):
+        body = {"name": name, "arguments": arguments or {}, **extra}
+        return self.post("/v1/mcp/call", body)
+
+    def write_servers(self, servers: dict) -> None:
+        path = self.home / "mcp.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"servers": servers}, indent=2))
+        os.replace(tmp, path)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (to check no MCP server process is left behind)."""
+    import psutil
+
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []

@@ -1,0 +1,222 @@
+"""The supervisor against real MCP servers over real pipes and sockets (SPEC 6, issue 3)."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import httpx2
+import psutil
+import pytest
+
+from tests.live import (
+    EVERYTHING, PYTHON, SERVERS, TIME_SERVER, Console, descendants, everything_stdio,
+    free_port, our_server, wait_until,
+)
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture
+def everything_http():
+    """server-everything over streamable HTTP on a free port."""
+    port = free_port()
+    proc = subprocess.Popen(["node", str(EVERYTHING), "streamableHttp"],
+                            env={**os.environ, "PORT": str(port)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def up():
+        try:
+            httpx2.get(url, timeout=1)
+            return True
+        except httpx2.HTTPError:
+            return False
+
+    wait_until(up, 20, what="server-everything HTTP")
+    yield url
+    proc.terminate()
+    proc.wait(5)
+
+
+@pytest.fixture
+def console(tmp_path):
+    made = []
+
+    def make(servers, **env):
+        c = Console(tmp_path / f"c{len(made)}", servers, {k: str(v) for k, v in env.items()})
+        made.append(c)
+        return c.start()
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def server_pids(console: Console, script: str) -> list[int]:
+    found = []
+    for pid in descendants(console.proc.pid):
+        try:
+            if any(script in part for part in psutil.Process(pid).cmdline()):
+                found.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def test_it_registers_real_servers_over_stdio_and_http(console, everything_http):
+    c = console({
+        "every": everything_stdio(),
+        "everyhttp": {"url": everything_http},
+        "time": {"command": str(TIME_SERVER)},
+    })
+    status = c.wait_connected("every", "everyhttp", "time")
+    assert status["every"]["Transport"] == "stdio"
+    assert status["everyhttp"]["Transport"] == "streamable-http"
+    assert status["every"]["Error"] == "" and status["every"]["Connected"] is True
+    tools = c.tools()
+    for prefix in ("mcp__every__", "mcp__everyhttp__"):
+        names = {n for n in tools if n.startswith(prefix)}
+        assert len(names) == 13, names
+        assert {prefix + "echo", prefix + "get-sum", prefix + "get-tiny-image"} <= names
+    get_sum = tools["mcp__every__get-sum"]["parameters"]
+    assert set(get_sum["properties"]) >= {"a", "b"}
+    assert tools["mcp__time__get_current_time"]["server"] == "time"
+    assert "timezone" in tools["mcp__time__get_current_time"]["parameters"]["properties"]
+    text = c.get("/v1/mcp/instructions").json()["text"]
+    assert text.startswith("## MCP Server Instructions\n\nEach block below is the operating contract")
+    assert "\n### every\n\n" in text and "\n### everyhttp\n\n" in text
+
+
+def test_it_serves_the_instructions_block_exactly(console):
+    c = console({"zeta": our_server("echo.py"), "alpha": our_server("echo.py"),
+                 "quiet": our_server("progress.py")})
+    c.wait_connected("zeta", "alpha", "quiet")
+    text = c.get("/v1/mcp/instructions").json()["text"]
+    head = ("## MCP Server Instructions\n\nEach block below is the operating contract of one MCP "
+            "server: follow it when you use that server's tools.\n")
+    assert text == head + "\n### alpha\n\nEcho server instructions.\n" + "\n### zeta\n\nEcho server instructions.\n"
+
+
+def test_it_registers_a_tool_added_at_runtime_within_2s_of_list_changed(console):
+    c = console({"dyn": our_server("dynamic.py")}, AGENVOY_POLL_SECONDS=3600)
+    c.wait_connected("dyn")
+    assert "mcp__dyn__first" in c.tools()
+    r = c.call("mcp__dyn__add_tool", {"name": "fresh"}, mode="auto")
+    assert r.status_code == 200 and r.json()["status"] == "done", r.text
+    started = time.monotonic()
+    wait_until(lambda: "mcp__dyn__fresh" in c.tools(), 2.0, what="new tool registered")
+    assert time.monotonic() - started < 2.0
+
+
+def test_it_picks_up_a_silent_change_by_polling(console):
+    c = console({"quiet": our_server("silent.py", env={"SILENT_CHANGE_AFTER": "1"})},
+                AGENVOY_POLL_SECONDS=1)
+    c.wait_connected("quiet")
+    before = c.tools()["mcp__quiet__changing"]["description"]
+    wait_until(lambda: c.tools()["mcp__quiet__changing"]["description"] != before, 10,
+               what="poll noticed the change")
+
+
+def test_it_follows_every_page_of_a_paginated_tool_list(console):
+    c = console({"paged": our_server("paged.py")})
+    c.wait_connected("paged")
+    assert len([n for n in c.tools() if n.startswith("mcp__paged__")]) == 25
+
+
+def test_it_renews_the_session_when_the_server_process_is_killed(console):
+    c = console({"echo": our_server("echo.py")})
+    c.wait_connected("echo")
+    pids = server_pids(c, "echo.py")
+    assert len(pids) == 1
+    os.kill(pids[0], signal.SIGKILL)
+    # The status shows the loss, then the session is renewed without restarting the console.
+    def renewed():
+        now = server_pids(c, "echo.py")
+        return now and now != pids and c.status()["echo"]["state"] == "connected"
+
+    wait_until(renewed, 20, what="session renewed")
+    assert "mcp__echo__echo" in c.tools()
+    r = c.call("mcp__echo__echo", {"text": "back"}, mode="auto")
+    assert r.json()["result"] == "back"
+
+
+def test_it_keeps_serving_when_one_server_hangs_and_one_prints_garbage(console):
+    c = console({
+        "hang": our_server("hang.py"),
+        "garbage": our_server("garbage.py"),
+        "echo": our_server("echo.py"),
+    }, AGENVOY_CONNECT_TIMEOUT=3)
+    c.wait_connected("echo")
+    r = c.call("mcp__echo__echo", {"text": "fine"}, mode="auto")
+    assert r.json()["result"] == "fine"
+    status = wait_until(lambda: (s := c.status()) and s["hang"]["Error"] and s["garbage"]["Error"] and s,
+                        15, what="errors shown")
+    assert status["hang"]["state"] in ("error", "connecting")
+    assert "timed out" in status["hang"]["Error"]
+    assert status["garbage"]["Error"]
+    assert httpx2.get(c.url + "/login/", timeout=5).status_code == 200
+
+
+def test_it_reports_a_missing_command_and_retries(console):
+    c = console({"ghost": {"command": "definitely-not-a-command-xyz"}, "echo": our_server("echo.py")})
+    c.wait_connected("echo")
+    status = wait_until(lambda: (s := c.status()) and s["ghost"]["Error"] and s, 10)
+    assert "definitely-not-a-command-xyz" in status["ghost"]["Error"]
+    assert status["ghost"]["state"] == "error"
+
+
+def test_it_connects_and_removes_servers_edited_in_mcp_json(console):
+    c = console({"one": our_server("echo.py")})
+    c.wait_connected("one")
+    c.write_servers({"one": our_server("echo.py"), "two": our_server("echo.py")})
+    c.wait_connected("one", "two", timeout=10)
+    c.write_servers({"two": our_server("echo.py")})
+    wait_until(lambda: "one" not in c.status() and not any(n.startswith("mcp__one__") for n in c.tools()),
+               10, what="server one removed")
+    wait_until(lambda: len(server_pids(c, "echo.py")) == 1, 10, what="its process gone")
+
+
+def test_it_connects_a_server_posted_to_the_api_and_disconnects_it_on_remove(console):
+    c = console({})
+    r = c.post("/v1/mcp", {"name": "posted", "server": our_server("echo.py")})
+    assert r.json() == {"ok": True}
+    c.wait_connected("posted", timeout=15)
+    r = c.post("/v1/mcp/remove", {"name": "posted"})
+    assert r.json() == {"ok": True}
+    assert "posted" not in c.status()
+    wait_until(lambda: not server_pids(c, "echo.py"), 10, what="process stopped")
+    assert not any(n.startswith("mcp__posted__") for n in c.tools())
+
+
+def test_it_reconnects_one_or_all_servers_within_the_bound(console):
+    c = console({"a": our_server("echo.py"), "b": our_server("echo.py")})
+    c.wait_connected("a", "b")
+    r = c.post("/v1/mcp/reconnect", {"name": "a"})
+    assert r.status_code == 200
+    assert r.json() == {"ok": True, "servers": {"a": "connected"}}
+    r = c.post("/v1/mcp/reconnect")
+    assert r.json() == {"ok": True, "servers": {"a": "connected", "b": "connected"}}
+    r = c.post("/v1/mcp/reconnect", {"name": "nope"})
+    assert r.status_code == 404 and r.json() == {"error": "server not found"}
+
+
+def test_it_shuts_down_on_sigterm_within_5s_leaving_no_server_process(console):
+    c = console({"a": our_server("echo.py"), "every": everything_stdio(),
+                 "time": {"command": str(TIME_SERVER)}})
+    c.wait_connected("a", "every", "time")
+    children = descendants(c.proc.pid)
+    assert len(children) >= 3
+    took = c.stop(signal.SIGTERM)
+    assert took < 5
+    time.sleep(0.2)
+    assert [p for p in children if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"] == []
+
+
+def test_it_answers_pages_while_servers_are_still_connecting(console, tmp_path):
+    c = console({"hang": our_server("hang.py")}, AGENVOY_CONNECT_TIMEOUT=20)
+    started = time.monotonic()
+    r = httpx2.get(c.url + "/login/", timeout=5)
+    assert r.status_code == 200 and time.monotonic() - started < 2
+    assert c.status()["hang"]["state"] == "connecting"
