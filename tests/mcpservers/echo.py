@@ -1,6 +1,8 @@
-"""Echo test server. stdio by default; streamable HTTP on 127.0.0.1:$MCP_ECHO_PORT (path /mcp) if set.
+"""Echo test server.
 
     python tests/mcpservers/echo.py [--name NAME]
+stdio by default. MCP_ECHO_PORT=N: streamable HTTP on http://127.0.0.1:N/mcp instead, or, with
+MCP_ECHO_TRANSPORT=sse as well, the legacy SSE transport on http://127.0.0.1:N/sse.
 """
 
 import argparse
@@ -8,7 +10,7 @@ import asyncio
 import os
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 parser = argparse.ArgumentParser()
@@ -48,6 +50,12 @@ def big(n: int) -> str:
 
 
 @mcp.tool()
+def header(name: str, ctx: Context) -> str:
+    """Return the value of HTTP request header `name` ("" on stdio or if absent)."""
+    return (ctx.headers or {}).get(name.lower(), "")
+
+
+@mcp.tool()
 def fail() -> str:
     """Always fails: the client gets a result with is_error=True and this message."""
     raise ToolError("fail was called")
@@ -55,7 +63,9 @@ def fail() -> str:
 
 if __name__ == "__main__":
     port = os.environ.get("MCP_ECHO_PORT")
-    if port:
+    if port and os.environ.get("MCP_ECHO_TRANSPORT") == "sse":
+        mcp.run("sse", host="127.0.0.1", port=int(port))
+    elif port:
         mcp.run("streamable-http", host="127.0.0.1", port=int(port))
     else:
         mcp.run()
