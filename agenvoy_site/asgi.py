@@ -12,12 +12,13 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from mcpcore import routing  # noqa: E402
+from mcpcore.staticserve import StaticFiles  # noqa: E402
 
-application = ProtocolTypeRouter(
+application = StaticFiles(ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(routing.websocket_urlpatterns))
         ),
     }
-)
+))

@@ -181,6 +181,18 @@ def interrupt_orphans(worker_alive) -> int:
     return count
 
 
+def interrupt_for(server_name: str, worker: str) -> int:
+    """Calls a dead worker had started on a server end as interrupted, with a clear message."""
+    rows = ToolCall.objects.filter(status="running", started_at__isnull=False,
+                                   server_name=server_name, worker=worker)
+    ended = [cid for cid in rows.values_list("id", flat=True)
+             if finish(cid, "interrupted", WORKER_LOST, is_error=True)]
+    return len(ended)
+
+
+WORKER_LOST = "interrupted: the worker running this call stopped; the call may or may not have run"
+
+
 def cancel(call_id) -> tuple[ToolCall, bool]:
     """Cancel a pending or running call; returns (call, whether the owner must be told)."""
     call = ToolCall.objects.filter(id=call_id).first()

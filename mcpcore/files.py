@@ -129,7 +129,9 @@ def update_servers(mutate: Callable[[dict], object]) -> object:
         servers = data.setdefault("servers", {})
         outcome = mutate(servers)
         atomic_write(path, render_mcp_json(data))
-    sync_servers()
+        # Mirror while still holding the lock: done after it, a concurrent writer's newer
+        # file could be mirrored first and then overwritten here with this older one.
+        sync_servers()
     return outcome
 
 
@@ -193,7 +195,9 @@ def replace_allow_prefix(prefix: str, entries: list[str]) -> list[str]:
     with locked(path):
         updated = allowlist.replace_prefix(read_allow_tool(), prefix, entries)
         atomic_write(path, allowlist.render(updated))
-    _mirror_allow(updated)
+        # Under the lock, like the write: the gate trusts the mirror, which must never be
+        # left holding an older file than the newest write.
+        _mirror_allow(updated)
     return allowlist.entries_for(updated, prefix)
 
 
@@ -205,7 +209,7 @@ def add_allow_entry(entry: str) -> None:
         if entry not in current:
             atomic_write(path, allowlist.render([*current, entry]))
             current = [*current, entry]
-    _mirror_allow(current)
+        _mirror_allow(current)
 
 
 # --- mirroring into the database ----------------------------------------------------------

@@ -106,6 +106,7 @@ class Server(models.Model):
             "tools": tool_count,
             "protocol": self.protocol_version,
             "last_refresh": iso(self.last_refresh),
+            "worker": self.owner,
         }
 
 

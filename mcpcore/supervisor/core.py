@@ -9,6 +9,7 @@ import datetime
 import logging
 import math
 import os
+import re
 import socket
 import uuid
 from pathlib import Path
@@ -39,7 +40,8 @@ class Supervisor:
     def __init__(self, exclusive: bool = True, name: str | None = None) -> None:
         # exclusive: the only supervisor (embedded serve); it takes every lease at once.
         self.exclusive = exclusive
-        self.name = name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        host = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname())[:40]
+        self.name = name or f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.channel = f"mcp-worker.{self.name}"
         self.sessions: dict[str, ServerSession] = {}
         self.calls: dict[str, asyncio.Task] = {}
@@ -212,5 +214,8 @@ class Supervisor:
             ).update(owner=self.name, lease_expires=until)
             if took == 1:
                 mine.add(name)
+                if owner:
+                    # The previous owner died holding it: its calls there can't finish.
+                    calls.interrupt_for(name, owner)
         hashes = {n: h for n, _o, _e, h in servers}
         return mine, {n: hashes[n] for n in mine}

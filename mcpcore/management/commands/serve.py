@@ -21,7 +21,11 @@ class EmbeddedServer(daphne.server.Server):
     """
 
     def run(self):
-        self.supervisor = Supervisor(exclusive=True)
+        from django.conf import settings
+
+        # Alone on the in-memory layer it owns every server; beside other workers (Redis) it
+        # is one worker among them.
+        self.supervisor = Supervisor(exclusive=not settings.REDIS_URL)
         self._host_task = None
         reactor.callWhenRunning(self._start_supervisor)
         reactor.addSystemEventTrigger("before", "shutdown", self._stop_supervisor)
@@ -45,9 +49,7 @@ class EmbeddedServer(daphne.server.Server):
 def application():
     from agenvoy_site.asgi import application as app
 
-    from mcpcore.staticserve import StaticFiles
-
-    return StaticFiles(app)
+    return app
 
 
 def run_embedded(host_addr: str, port: int, stdout=None) -> None:

@@ -1,0 +1,222 @@
+"""Scale-out on real Redis and PostgreSQL: two web processes (daphne), two `mcpworker`
+processes, five stdio MCP servers of ours (SPEC 9, issue 6)."""
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from tests.live import PYTHON, ROOT, free_port, our_server, wait_until
+from tests.services import Postgres, Redis
+
+pytestmark = pytest.mark.scaleout
+
+FAILOVER_BOUND = 15.0  # seconds: lease (10 s) + a tick (1 s) + connect, stated in docs/deploy.md
+SERVERS = [f"s{i}" for i in range(1, 6)]
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="agenvoy-scale-"))
+        os.chmod(self.base, 0o755)
+        self.redis = Redis(self.base)
+        self.pg = Postgres(self.base)
+        home = self.base / "home"
+        home.mkdir()
+        (home / "mcp.json").write_text(json.dumps({"servers": {n: our_server("echo.py") for n in SERVERS}}))
+        self.env = {
+            **os.environ, "DATABASE_URL": self.pg.url, "REDIS_URL": self.redis.url,
+            "AGENVOY_HOME": str(home), "AGENVOY_DATA_DIR": str(self.base / "data"),
+            "DJANGO_SECRET_KEY": "scale-test", "PYTHONUNBUFFERED": "1",
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        }
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.manage("migrate", "--noinput", "-v0")
+        self.token = self.manage("create_token", "scale").strip()
+        self.webs = [self.start_web(f"web{i}") for i in (1, 2)]
+        for i in (1, 2):
+            self.start_worker(f"w{i}")
+
+    def manage(self, *args: str) -> str:
+        out = subprocess.run([PYTHON, str(ROOT / "manage.py"), *args], env=self.env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+
+    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
+        log = open(self.base / f"{name}.log", "ab")
+        proc = subprocess.Popen(cmd, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def start_web(self, name: str) -> str:
+        port = free_port()
+        daphne = str(Path(PYTHON).parent / "daphne")
+        self._spawn(name, [daphne, "-b", "127.0.0.1", "-p", str(port), "agenvoy_site.asgi:application"])
+        url = f"http://127.0.0.1:{port}"
+
+        def up():
+            try:
+                return httpx2.get(url + "/v1/openapi.json", timeout=2).status_code == 200
+            except httpx2.HTTPError:
+                return False
+
+        wait_until(up, 30, 0.1, what=f"{name} up")
+        return url
+
+    def start_worker(self, name: str) -> None:
+        self._spawn(name, [PYTHON, str(ROOT / "manage.py"), "mcpworker", "--name", name])
+
+    def api(self, web: int = 0) -> httpx2.Client:
+        return httpx2.Client(base_url=self.webs[web], timeout=60,
+                             headers={"Authorization": f"Bearer {self.token}"})
+
+    def status(self, web: int = 0) -> dict:
+        with self.api(web) as c:
+            return {s["Name"]: s for s in c.get("/v1/mcp/status").json()["servers"]}
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.redis.stop()
+        self.pg.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster()
+    yield c
+    c.close()
+
+
+def all_connected(cluster, names=SERVERS, web=0):
+    st = cluster.status(web)
+    return st if all(st.get(n, {}).get("state") == "connected" for n in names) else None
+
+
+def test_it_gives_every_server_to_exactly_one_worker(cluster):
+    st = wait_until(lambda: all_connected(cluster), 30, 0.2, what="all connected")
+    owners = {st[n]["worker"] for n in SERVERS}
+    assert owners <= {"w1", "w2"} and all(st[n]["worker"] for n in SERVERS)
+    # Both workers share the load.
+    assert owners == {"w1", "w2"}
+    # Each server's process runs once in all: 5 echo servers, no duplicates.
+    import psutil
+
+    echo = [p for p in psutil.process_iter(["cmdline"]) if any("echo.py" in a for a in (p.info["cmdline"] or []))
+            and any(str(cluster.procs[w].pid) == str(p.ppid()) for w in ("w1", "w2"))]
+    assert len(echo) == 5
+
+
+def test_it_serves_a_call_through_each_web_process(cluster):
+    wait_until(lambda: all_connected(cluster), 30, 0.2)
+    for web in (0, 1):
+        with cluster.api(web) as c:
+            for n in SERVERS:
+                r = c.post("/v1/mcp/call", json={"name": f"mcp__{n}__echo", "arguments": {"text": f"{n}-{web}"},
+                                                 "mode": "auto"})
+                assert r.status_code == 200 and r.json()["result"] == f"{n}-{web}", r.text
+
+
+def test_it_runs_a_call_made_on_one_web_process_and_approved_on_the_other(cluster):
+    wait_until(lambda: all_connected(cluster), 30, 0.2)
+    out = {}
+
+    def call():
+        with cluster.api(0) as c:
+            out["r"] = c.post("/v1/mcp/call", json={"name": "mcp__s3__echo", "arguments": {"text": "crossed"},
+                                                    "session_id": "cross", "wait": 30})
+
+    t = threading.Thread(target=call)
+    t.start()
+    with cluster.api(1) as c2:
+        pend = wait_until(lambda: [p for p in c2.get("/v1/pending").json()["pending"] if p["session_id"] == "cross"],
+                          10, what="pending seen on web 2")
+        started = time.monotonic()
+        r = c2.post(f"/v1/session/cross/confirm/{pend[0]['id']}", json={"approve": True})
+        assert r.json() == {"ok": True}
+    t.join(30)
+    assert out["r"].status_code == 200 and out["r"].json()["result"] == "crossed"
+    assert time.monotonic() - started < 5
+
+
+def test_it_connects_a_new_server_added_through_the_api(cluster):
+    with cluster.api(1) as c:
+        r = c.post("/v1/mcp", json={"name": "late", "server": our_server("echo.py")})
+        assert r.json() == {"ok": True}
+    st = wait_until(lambda: all_connected(cluster, ["late"]), 20, 0.2, what="new server connected")
+    assert st["late"]["worker"] in ("w1", "w2")
+
+
+def test_it_fails_over_when_a_worker_is_killed_without_losing_calls(cluster):
+    st = wait_until(lambda: all_connected(cluster), 30, 0.2)
+    victim = st["s1"]["worker"]
+    survivor = "w2" if victim == "w1" else "w1"
+    moved = [n for n in SERVERS if st[n]["worker"] == victim]
+    results: list[tuple[str, float, int, dict]] = []
+    stop = threading.Event()
+
+    def caller(web: int):
+        with cluster.api(web) as c:
+            i = 0
+            while not stop.is_set():
+                n = SERVERS[i % len(SERVERS)]
+                t0 = time.monotonic()
+                try:
+                    r = c.post("/v1/mcp/call", json={"name": f"mcp__{n}__echo", "arguments": {"text": str(i)},
+                                                     "mode": "auto", "wait": 40}, timeout=60)
+                    results.append((n, time.monotonic() - t0, r.status_code, r.json()))
+                except httpx2.HTTPError as exc:
+                    results.append((n, time.monotonic() - t0, 0, {"error": str(exc)}))
+                i += 1
+
+    threads = [threading.Thread(target=caller, args=(w,)) for w in (0, 1)]
+    for t in threads:
+        t.start()
+    time.sleep(1)
+    killed_at = time.monotonic()
+    cluster.procs[victim].send_signal(signal.SIGKILL)
+
+    def taken_over():
+        s = cluster.status()
+        return all(s[n]["worker"] == survivor and s[n]["state"] == "connected" for n in moved)
+
+    wait_until(taken_over, FAILOVER_BOUND + 5, 0.2, what="servers taken over")
+    took = time.monotonic() - killed_at
+    # The takeover is complete once a call to each moved server succeeds.
+    with cluster.api(1) as c:
+        for n in moved:
+            r = c.post("/v1/mcp/call", json={"name": f"mcp__{n}__echo", "arguments": {"text": "after"}, "mode": "auto"})
+            assert r.json()["result"] == "after"
+    served = time.monotonic() - killed_at
+    time.sleep(1)
+    stop.set()
+    for t in threads:
+        t.join(70)
+    print(f"failover: servers re-owned after {took:.1f}s, served after {served:.1f}s; {len(results)} calls")
+    assert served < FAILOVER_BOUND
+    assert results
+    for n, secs, code, body in results:
+        # Every call ended: a result, or a clear error; none hung.
+        assert code in (200, 503), (n, code, body)
+        if code == 200:
+            assert body["status"] in ("done", "error", "interrupted"), body
+            if body["status"] != "done":
+                assert body["result"], body
+        else:
+            assert body["error"].startswith(f"server {n} is not connected"), body
+        assert secs < 45
