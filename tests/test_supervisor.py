@@ -142,6 +142,36 @@ def test_it_renews_the_session_when_the_server_process_is_killed(console):
     assert r.json()["result"] == "back"
 
 
+def test_it_renews_an_idle_2025_session_whose_server_died(console):
+    c = console({"every": everything_stdio()}, AGENVOY_PING_SECONDS=1, AGENVOY_POLL_SECONDS=3600)
+    c.wait_connected("every")
+    assert c.status()["every"]["protocol"].startswith("2025")
+    pids = server_pids(c, "server-everything")
+    os.kill(pids[0], signal.SIGKILL)
+
+    def renewed():
+        now = server_pids(c, "server-everything")
+        return now and now != pids and c.status()["every"]["state"] == "connected"
+
+    wait_until(renewed, 20, what="session renewed")
+    r = c.call("mcp__every__echo", {"message": "back"}, mode="auto")
+    assert "back" in r.json()["result"]
+
+
+def test_it_leaves_no_child_of_a_server_behind(console, tmp_path):
+    script = tmp_path / "spawner.sh"
+    # A "server" that starts a child and then serves through exec: the child must not outlive it.
+    script.write_text(f"#!/bin/sh\nsleep 300 &\nexec {PYTHON} {SERVERS / 'echo.py'}\n")
+    script.chmod(0o755)
+    c = console({"spawner": {"command": str(script)}})
+    c.wait_connected("spawner")
+    sleepers = [p for p in descendants(c.proc.pid) if psutil.Process(p).name() == "sleep"]
+    assert len(sleepers) == 1
+    c.post("/v1/mcp/remove", {"name": "spawner"})
+    wait_until(lambda: not psutil.pid_exists(sleepers[0]) or psutil.Process(sleepers[0]).status() == "zombie",
+               10, what="child ended")
+
+
 def test_it_keeps_serving_when_one_server_hangs_and_one_prints_garbage(console):
     c = console({
         "hang": our_server("hang.py"),

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import math
 import random
+import uuid
 from contextlib import AsyncExitStack
 
 import anyio
@@ -184,7 +185,15 @@ class ServerSession:
     async def _session(self, server: Server) -> None:
         """One session, from connect to loss or stop."""
         errlog = self.sup.errlog(self.name)
-        target = transport.make_target(server.config, server.transport, errlog)
+        tag = f"{self.sup.name}:{self.name}:{uuid.uuid4().hex[:8]}"
+        target = transport.make_target(server.config, server.transport, errlog, tag)
+        try:
+            await self._connected(server, target)
+        finally:
+            if server.transport == "stdio":
+                await asyncio.to_thread(transport.sweep, tag)
+
+    async def _connected(self, server: Server, target) -> None:
         client = Client(target, message_handler=self._on_message, cache=None,
                         mode="auto")
         with anyio.CancelScope() as scope:
@@ -210,6 +219,7 @@ class ServerSession:
         async with anyio.create_task_group() as tg:
             if self.protocol >= "2026":
                 tg.start_soon(self._listen, client)
+            tg.start_soon(self._pinger, client)
             poll = settings.AGENVOY_POLL_SECONDS
             next_poll = anyio.current_time() + poll * random.uniform(0.9, 1.1)
             while not (self._wake.is_set() or self._lost.is_set()):
@@ -236,6 +246,20 @@ class ServerSession:
                     log.warning("server %s: tool list failed: %s", self.name, self.error)
                     self._lost.set()
             tg.cancel_scope.cancel()
+
+    async def _pinger(self, client: Client) -> None:
+        """An idle 2025-era session gives no sign of a dead server but a failed ping."""
+        every = settings.AGENVOY_PING_SECONDS
+        while True:
+            await anyio.sleep(every * random.uniform(0.9, 1.1))
+            try:
+                with anyio.fail_after(max(every, 5)):
+                    await client.send_ping()
+            except Exception as exc:
+                log.warning("server %s: ping failed: %s", self.name, describe(exc) or "timed out")
+                self.error = f"session lost: {describe(exc)}"
+                self._lost.set()
+                return
 
     async def _listen(self, client: Client) -> None:
         """2026-07-28 sessions deliver list_changed only inside `listen()`."""

@@ -39,8 +39,14 @@ def expanded_headers(config: dict) -> dict[str, str]:
     return headers
 
 
-def stdio_params(config: dict, cwd: Path | None = None) -> StdioServerParameters:
+TAG_VAR = "AGENVOY_SESSION_TAG"
+
+
+def stdio_params(config: dict, tag: str = "", cwd: Path | None = None) -> StdioServerParameters:
     env = {k: expand(str(v)) for k, v in (config.get("env") or {}).items()}
+    if tag:
+        # Children inherit the tag, so the whole tree can be found and ended after the session.
+        env[TAG_VAR] = tag
     # Servers launched through npx/uvx need the usual environment to find their tools;
     # the SDK passes only a safe minimum, so hand PATH and the like through as well.
     base = {k: v for k, v in os.environ.items() if k in _PASS_THROUGH}
@@ -56,10 +62,10 @@ _PASS_THROUGH = {"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "SHELL", "T
                  "NODE_PATH", "PYENV_ROOT", "VIRTUAL_ENV"}
 
 
-def make_target(config: dict, transport: str, errlog: IO[str]):
+def make_target(config: dict, transport: str, errlog: IO[str], tag: str = ""):
     """The transport object the Client connects through."""
     if transport == "stdio":
-        return stdio_client(stdio_params(config), errlog=errlog)
+        return stdio_client(stdio_params(config, tag), errlog=errlog)
     url = expand(config["url"]).strip()
     headers = expanded_headers(config)
     if transport == "sse":
@@ -85,3 +91,20 @@ class _OwnedHttp:
             return await self._cm.__aexit__(*exc)
         finally:
             await self.client.aclose()
+
+
+def sweep(tag: str) -> int:
+    """End every process still carrying a session's tag. The SDK signals the server's process
+    group only when the server itself won't exit, so a server that exits on EOF can leave its
+    own children (npx -> node, shells) behind."""
+    import psutil
+
+    ended = 0
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(TAG_VAR) == tag:
+                proc.kill()
+                ended += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return ended
