@@ -99,9 +99,12 @@ def test_it_serves_the_instructions_block_exactly(console):
     assert text == head + "\n### alpha\n\nEcho server instructions.\n" + "\n### zeta\n\nEcho server instructions.\n"
 
 
-def test_it_registers_a_tool_added_at_runtime_within_2s_of_list_changed(console):
-    c = console({"dyn": our_server("dynamic.py")}, AGENVOY_POLL_SECONDS=3600)
+@pytest.mark.parametrize("era", ["2026", "2025"])
+def test_it_registers_a_tool_added_at_runtime_within_2s_of_list_changed(console, era):
+    env = {"DYN_LEGACY": "1"} if era == "2025" else {}
+    c = console({"dyn": our_server("dynamic.py", env=env)}, AGENVOY_POLL_SECONDS=3600)
     c.wait_connected("dyn")
+    assert c.status()["dyn"]["protocol"].startswith(era)
     assert "mcp__dyn__first" in c.tools()
     r = c.call("mcp__dyn__add_tool", {"name": "fresh"}, mode="auto")
     assert r.status_code == 200 and r.json()["status"] == "done", r.text

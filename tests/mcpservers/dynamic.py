@@ -2,6 +2,7 @@
 
     python tests/mcpservers/dynamic.py        (stdio)
     DYN_ADD_AFTER=2 ...                       also adds tool `later` by itself after 2 s
+    DYN_LEGACY=1 ...                          speaks only the 2025-11-25 protocol
 
 2025-11-25 sessions get `notifications/tools/list_changed` on the connection's standalone
 channel (`session.send_tool_list_changed()`). 2026-07-28 sessions get it only on a
@@ -66,13 +67,27 @@ async def add_later(delay: float) -> None:
     await notify_tools_changed()
 
 
+async def serve_legacy_only(low, read, write, options) -> None:
+    """Serve only the 2025-11-25 handshake era, like servers built on older SDKs: a client's
+    2026 probe is refused and it falls back to `initialize`."""
+    from mcp.server.runner import _serve_legacy_stream
+
+    async with low.lifespan(low) as state:
+        await _serve_legacy_stream(low, read, write, lifespan_state=state, session_id=None,
+                                   init_options=options, raise_exceptions=False)
+
+
 async def main() -> None:
     low = mcp._lowlevel_server  # to advertise tools.listChanged=true in the 2025 handshake
     async with anyio.create_task_group() as tg:
         if os.environ.get("DYN_ADD_AFTER"):
             tg.start_soon(add_later, float(os.environ["DYN_ADD_AFTER"]))
+        options = low.create_initialization_options(NotificationOptions(tools_changed=True))
         async with stdio_server() as (read, write):
-            await low.run(read, write, low.create_initialization_options(NotificationOptions(tools_changed=True)))
+            if os.environ.get("DYN_LEGACY"):
+                await serve_legacy_only(low, read, write, options)
+            else:
+                await low.run(read, write, options)
         tg.cancel_scope.cancel()
 
 
