@@ -416,3 +416,87 @@ def test_it_records_the_edit_of_a_file_between_two_checks_quickly(agenvoy_home):
     for _ in range(50):
         watcher.check()
     assert time.perf_counter() - start < 2
+
+
+# --- the database mirror follows the last write, also when two writers race -------------------
+
+
+def _race(monkeypatch, target: str, hook_call: int, first, second) -> None:
+    """Run `first` in thread A and `second` in thread B. Thread A is held for up to 0.5 s at its
+    `hook_call`-th call of `files.<target>` (after the file write, before the database is
+    updated) while B tries to do its whole edit. A correct writer holds the file lock across
+    that gap, so B simply waits for it; a writer that updates the database after letting go of
+    the lock lets B slip in, and A then writes a stale copy."""
+    import threading
+
+    from django.db import connection
+
+    real = getattr(files, target)
+    calls = {"n": 0}
+    a_in_gap, b_done = threading.Event(), threading.Event()
+
+    def hooked(*args, **kwargs):
+        if threading.current_thread().name == "A":
+            calls["n"] += 1
+            if calls["n"] == hook_call:
+                out = real(*args, **kwargs) if target == "read_mcp_json" else None
+                a_in_gap.set()
+                b_done.wait(timeout=0.5)
+                return out if target == "read_mcp_json" else real(*args, **kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(files, target, hooked)
+    errors = []
+
+    def run(fn, wait_for=None, done=None):
+        try:
+            if wait_for is not None:
+                assert wait_for.wait(timeout=5)
+            fn()
+        except BaseException as exc:  # pragma: no cover - shown by the assert below
+            errors.append(exc)
+        finally:
+            if done is not None:
+                done.set()
+            connection.close()
+
+    a = threading.Thread(target=run, args=(first,), name="A")
+    b = threading.Thread(target=run, args=(second, a_in_gap, b_done), name="B")
+    a.start()
+    b.start()
+    a.join(timeout=10)
+    b.join(timeout=10)
+    assert not a.is_alive() and not b.is_alive()
+    assert errors == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_keeps_allow_entries_mirroring_the_file_when_two_writers_race(agenvoy_home, monkeypatch):
+    _race(monkeypatch, "_mirror_allow", 1,
+          lambda: files.replace_allow_prefix("mcp__a__", ["mcp__a__x"]),
+          lambda: files.replace_allow_prefix("mcp__b__", ["mcp__b__y"]))
+    assert files.read_allow_tool() == ["mcp__a__x", "mcp__b__y"]
+    assert _allowed() == ["mcp__a__x", "mcp__b__y"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_keeps_remembered_entries_mirroring_the_file_when_two_writers_race(agenvoy_home,
+                                                                              monkeypatch):
+    _race(monkeypatch, "_mirror_allow", 1,
+          lambda: files.add_allow_entry("mcp__a__x"),
+          lambda: files.add_allow_entry("mcp__b__y"))
+    assert files.read_allow_tool() == ["mcp__a__x", "mcp__b__y"]
+    assert _allowed() == ["mcp__a__x", "mcp__b__y"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_keeps_server_rows_mirroring_mcp_json_when_two_writers_race(agenvoy_home, monkeypatch):
+    def add(name):
+        def mutate(servers):
+            servers[name] = {"command": "echo"}
+        return lambda: files.update_servers(mutate)
+
+    # The second read of thread A is the one of its mirroring step (the first is its edit's).
+    _race(monkeypatch, "read_mcp_json", 2, add("a"), add("b"))
+    assert sorted(json.loads((agenvoy_home / "mcp.json").read_text())["servers"]) == ["a", "b"]
+    assert _servers() == ["a", "b"]

@@ -1,0 +1,98 @@
+"""SPEC 11: every environment variable has a working default, and a bad value stops start-up
+with a message naming the variable. Each case is a real `manage.py check` process."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+if not Path(PYTHON).exists():
+    PYTHON = sys.executable
+
+BAD = [
+    ("AGENVOY_POLL_SECONDS", "abc"),
+    ("AGENVOY_CALL_TIMEOUT", "0"),
+    ("AGENVOY_CONFIRM_TIMEOUT", "-1"),
+    ("AGENVOY_RESULT_CAP", "x"),
+    ("DJANGO_DEBUG", "maybe"),
+    ("AGENVOY_LIST_TIMEOUT", "nan"),
+    ("AGENVOY_CALL_MAX_SECONDS", "inf"),
+    ("AGENVOY_POLL_SECONDS", "0.5"),
+    ("AGENVOY_RESULT_CAP", "0"),
+    ("AGENVOY_RESULT_CAP", "1.5"),
+]
+GOOD = {
+    "AGENVOY_POLL_SECONDS": "1.5",
+    "AGENVOY_LIST_TIMEOUT": "30",
+    "AGENVOY_CALL_TIMEOUT": "1",
+    "AGENVOY_CALL_MAX_SECONDS": "600",
+    "AGENVOY_CONFIRM_TIMEOUT": "2.25",
+    "AGENVOY_RESULT_CAP": "1048576",
+    "DJANGO_DEBUG": "false",
+}
+
+
+def _clean_env(tmp: Path) -> dict:
+    """This test run's environment without any of the console's variables, plus a temporary
+    data folder and $AGENVOY_HOME."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AGENVOY_", "DJANGO_")) and k not in ("DATABASE_URL", "REDIS_URL")}
+    env["AGENVOY_DATA_DIR"] = str(tmp / "data")
+    env["AGENVOY_HOME"] = str(tmp / "home")
+    return env
+
+
+def _check_processes(tmp_path: Path, cases: dict[str, dict]) -> dict[str, subprocess.CompletedProcess]:
+    """Run one `manage.py check` per case, all at once (each start-up takes about a second)."""
+    procs = {}
+    for key, extra in cases.items():
+        folder = tmp_path / key
+        folder.mkdir()
+        env = _clean_env(folder) | extra
+        procs[key] = subprocess.Popen([PYTHON, "manage.py", "check"], cwd=ROOT, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done = {}
+    try:
+        for key, p in procs.items():
+            out, err = p.communicate(timeout=60)
+            done[key] = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return done
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("settings")
+    cases = {"defaults": {}, "good": dict(GOOD)}
+    cases |= {f"bad{i}": {name: value} for i, (name, value) in enumerate(BAD)}
+    return _check_processes(tmp, cases)
+
+
+def test_it_starts_with_no_variables_set(outcomes):
+    r = outcomes["defaults"]
+    assert r.returncode == 0, r.stderr
+    assert "no issues" in r.stdout
+
+
+def test_it_starts_with_good_values(outcomes):
+    r = outcomes["good"]
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("i, name, value", [(i, n, v) for i, (n, v) in enumerate(BAD)],
+                         ids=[f"{n}={v}" for n, v in BAD])
+def test_it_stops_on_a_bad_value_naming_the_variable(outcomes, i, name, value):
+    r = outcomes[f"bad{i}"]
+    assert r.returncode != 0
+    # The message itself (the last line), not just a traceback line quoting the settings file.
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert lines, "no message on stderr"
+    assert name in lines[-1], r.stderr
