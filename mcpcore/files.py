@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -126,9 +127,12 @@ def update_servers(mutate: Callable[[dict], object]) -> object:
     path = path_of(MCP_JSON)
     with locked(path):
         data = read_mcp_json()
+        before = json.dumps(data, sort_keys=True)
         servers = data.setdefault("servers", {})
         outcome = mutate(servers)
-        atomic_write(path, render_mcp_json(data))
+        # A no-op edit (say, removing an unknown server) leaves a hand-written file as it is.
+        if json.dumps(data, sort_keys=True) != before or not path.exists():
+            atomic_write(path, render_mcp_json(data))
         # Mirror while still holding the lock: done after it, a concurrent writer's newer
         # file could be mirrored first and then overwritten here with this older one.
         sync_servers()
@@ -302,11 +306,18 @@ def sync_servers() -> set[str] | None:
 
 
 class FileWatcher:
-    """Notices edits to the shared files by stat (mtime, size, inode): cheap enough to check
-    every second, so edits by others are mirrored within 2 seconds."""
+    """Notices edits to the shared files, so edits by others are mirrored within 2 seconds.
+
+    A stat (mtime, size, inode) is cheap enough to check every second. An in-place edit of the
+    same size within the file system's timestamp resolution keeps the stat, so while a file's
+    mtime is recent its content hash is compared too.
+    """
+
+    RECENT_NS = 3_000_000_000
 
     def __init__(self) -> None:
         self._seen: dict[str, tuple | None] = {}
+        self._hashes: dict[str, str] = {}
 
     @staticmethod
     def _stat(name: str) -> tuple | None:
@@ -316,11 +327,25 @@ class FileWatcher:
             return None
         return (st.st_mtime_ns, st.st_size, st.st_ino)
 
+    def _hash(self, name: str) -> str:
+        try:
+            return hashlib.sha256(path_of(name).read_bytes()).hexdigest()
+        except OSError:
+            return ""
+
     def changed(self, name: str) -> bool:
         now = self._stat(name)
+        recent = now is not None and time.time_ns() - now[0] < self.RECENT_NS
         if name in self._seen and self._seen[name] == now:
-            return False
+            if not recent:
+                return False
+            digest = self._hash(name)
+            if digest == self._hashes.get(name):
+                return False
+            self._hashes[name] = digest
+            return True
         self._seen[name] = now
+        self._hashes[name] = self._hash(name) if recent else ""
         return True
 
     def check(self) -> set[str] | None:
@@ -331,7 +356,3 @@ class FileWatcher:
         if self.changed(MCP_JSON):
             changed_servers = sync_servers()
         return changed_servers
-
-
-def content_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,31 +1,601 @@
-"""Pages of the console (function views; htmx fragments via `page.html#fragment`)."""
+"""Pages of the console (function views; htmx fragments via `page.html#fragment`).
 
+Every page and action needs a signed-in user; actions are POST only and CSRF-checked. Writes go
+through the same module functions as `/v1` (files, calls, control), never around them. A view
+asked by htmx answers with its fragment (plus out-of-band messages and badge after an action);
+without JavaScript the same URLs answer with whole pages and redirects.
+"""
+
+import datetime
+import json
+import uuid
+
+from asgiref.sync import async_to_sync
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.db.models import Q
+from django.db.models.functions import Substr
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from .models import ApiToken, Server, ToolCall
+from . import allowlist, calls, control, files, live
+from .api.views import _KNOWN_KEYS
+from .forms import (
+    HistoryFilter,
+    ImportForm,
+    ReplyForm,
+    ServerForm,
+    TokenForm,
+    arguments_from,
+    schema_fields,
+    servers_from_json,
+)
+from .models import (
+    AllowEntry,
+    ApiToken,
+    Server,
+    SessionAllowance,
+    Tool,
+    ToolCall,
+    mask_config,
+    transport_of,
+    unmask_config,
+)
+
+PAGE_SIZE = 50
+RESULT_HEAD = 8000  # characters of a result the history list loads (enough for small images)
+TRY_WAIT = 10.0  # seconds the try-it form waits for a running call to end
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _get_server_or_404(name: str) -> Server:
+    server = live.server_with_count(name)
+    if server is None:
+        raise Http404("server not found")
+    return server
+
+
+def _fragment(request: HttpRequest, template: str, context: dict, *, oob: tuple[str, ...] = (),
+              badge: bool = False, notes: bool = True) -> HttpResponse:
+    """An htmx answer: the fragment, then out-of-band extras (other fragments, the badge, the
+    messages of the action)."""
+    html = render_to_string(template, context, request)
+    for name in oob:
+        html += render_to_string(name, {**context, "oob": True}, request)
+    if badge:
+        html += render_to_string("base.html#pending-badge", {"oob": True}, request)
+    if notes:
+        html += render_to_string("base.html#messages", {"oob": True}, request)
+    return HttpResponse(html)
+
+
+def _back(request: HttpRequest, default: str, *args) -> HttpResponse:
+    """Redirect to the form's `next` when it is one of ours, else to `default`."""
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
+        return redirect(target)
+    return redirect(default, *args)
+
+
+def _file_problems() -> list[tuple[str, str]]:
+    found = [(n, files.file_problem(n)) for n in (files.MCP_JSON, files.ALLOW_TOOL)]
+    return [(n, p) for n, p in found if p]
+
+
+def _current_allow() -> list[str]:
+    """The file is the truth; the mirrored table answers when the file can't be read."""
+    try:
+        return files.read_allow_tool()
+    except files.ConfigFileError:
+        return list(AllowEntry.objects.values_list("entry", flat=True))
+
+
+def pretty(value) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+def result_view(text: str, complete: bool = True) -> dict:
+    """How to show a result string: its images, audio and text when it is the JSON object of
+    SPEC 4, pretty JSON when it is other JSON, else the text as it is."""
+    if complete and text[:1] in "{[":
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and any(_media_key(k) for k in data):
+            media = sorted((k for k in data if _media_key(k)), key=_media_order)
+            images = [data[k] for k in media if k.startswith("image_") and _data_url(data[k], "image/")]
+            audio = [data[k] for k in media if k.startswith("audio_") and _data_url(data[k], "audio/")]
+            body = data.get("text")
+            return {"images": images, "audio": audio, "text": body if isinstance(body, str) else ""}
+        if isinstance(data, (dict, list)):
+            return {"text": pretty(data), "json": True}
+    return {"text": text}
+
+
+def _media_key(key: str) -> bool:
+    kind, _, n = key.partition("_")
+    return kind in ("image", "audio") and n.isdigit()
+
+
+def _media_order(key: str) -> tuple[str, int]:
+    kind, _, n = key.partition("_")
+    return kind, int(n)
+
+
+def _data_url(value: object, kind: str) -> bool:
+    return isinstance(value, str) and value.startswith(f"data:{kind}")
+
+
+# --- servers ----------------------------------------------------------------------------------
 
 
 @login_required
+@require_safe
 def servers(request: HttpRequest) -> HttpResponse:
-    rows = Server.objects.annotate(n_tools=Count("tools")).order_by("name")
-    return render(request, "mcpcore/server_list.html", {"servers": rows})
+    context = {"servers": live.server_rows()}
+    if request.htmx:
+        return render(request, "mcpcore/server_list.html#server-rows", context)
+    context.update(problems=_file_problems(), live_page="servers")
+    return render(request, "mcpcore/server_list.html", context)
+
+
+def _trust_context(server: Server) -> dict:
+    entries = _current_allow()
+    match = allowlist.Matcher(entries)
+    own = allowlist.entries_for(entries, server.prefix)
+    tools = list(server.tools.order_by("position", "tool_name"))
+    names = {t.registered_name for t in tools}
+    return {
+        "server": server,
+        "trust_tools": [{"tool": t, "allowed": match(t.registered_name)} for t in tools],
+        "all_allowed": f"{server.prefix}*" in own,
+        "own_entries": own,
+        "stale_entries": [e for e in own if e not in names and not e.endswith("*")],
+    }
 
 
 @login_required
+@require_safe
+def server_detail(request: HttpRequest, name: str) -> HttpResponse:
+    server = _get_server_or_404(name)
+    if request.htmx:
+        return render(request, "mcpcore/server_detail.html#server-status",
+                      {"server": server, "page_sig": request.GET.get("sig", "")})
+    context = _trust_context(server)
+    context.update(
+        tools=[
+            {"tool": t, "schema": pretty(t.input_schema), "fields": schema_fields(t.input_schema),
+             "annotations": pretty(t.annotations) if t.annotations else ""}
+            for t in (row["tool"] for row in context["trust_tools"])
+        ],
+        config=mask_config(server.config),
+        config_json=pretty(mask_config(server.config)),
+        page_sig=server.signature,
+        live_page=f"server:{server.name}",
+        problems=_file_problems(),
+    )
+    return render(request, "mcpcore/server_detail.html", context)
+
+
+@login_required
+@require_POST
+def server_trust(request: HttpRequest, name: str) -> HttpResponse:
+    """Save the trust editor: replace-by-prefix of the server's lines in allow_tool (SPEC 2.2)."""
+    server = _get_server_or_404(name)
+    if request.POST.get("all"):
+        entries = [f"{server.prefix}*"]
+    else:
+        known = set(server.tools.values_list("registered_name", flat=True))
+        entries = sorted({n for n in request.POST.getlist("tools") if n in known})
+    try:
+        now = files.replace_allow_prefix(server.prefix, entries)
+    except files.ConfigFileError as exc:
+        messages.error(request, f"{exc} (fix the file first; it was not changed)")
+    else:
+        if now == [f"{server.prefix}*"]:
+            messages.success(request, f"Saved: every tool of {server.name} runs without asking.")
+        else:
+            messages.success(request, f"Saved: {len(now)} tool(s) of {server.name} run without asking.")
+    if request.htmx:
+        return _fragment(request, "mcpcore/server_detail.html#trust-editor", _trust_context(server))
+    return redirect("server-detail", server.name)
+
+
+def _save_server(name: str, config: dict, creating: bool) -> None:
+    """Write one server into mcp.json as `POST /v1/mcp` does: masked secrets keep their stored
+    value, keys the console doesn't know survive an edit."""
+
+    def mutate(servers: dict) -> None:
+        old = servers.get(name)
+        if creating and old is not None:
+            raise files.ConfigFileError(f"a server named {name} already exists")
+        if not creating and old is None:
+            raise files.ConfigFileError(f"server {name} is no longer in mcp.json")
+        merged = unmask_config(config, old)
+        if isinstance(old, dict):
+            merged = {**{k: v for k, v in old.items() if k not in _KNOWN_KEYS}, **merged}
+        servers[name] = merged
+
+    files.update_servers(mutate)
+    control.config_changed()
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def server_add(request: HttpRequest) -> HttpResponse:
+    form = ServerForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        name = form.cleaned_data["name"]
+        try:
+            _save_server(name, form.config, creating=True)
+        except files.ConfigFileError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Added {name}; it is connecting.")
+            return redirect("servers")
+    return render(request, "mcpcore/server_form.html", {"form": form, "creating": True},
+                  status=400 if form.errors else 200)
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def server_edit(request: HttpRequest, name: str) -> HttpResponse:
+    server = _get_server_or_404(name)
+    initial = ServerForm.initial_from(server.name, server.config)
+    form = ServerForm(request.POST or None, initial=initial, editing=True)
+    if request.method == "POST" and form.is_valid():
+        try:
+            _save_server(server.name, form.config, creating=False)
+        except files.ConfigFileError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Saved {server.name}.")
+            return redirect("server-detail", server.name)
+    return render(request, "mcpcore/server_form.html",
+                  {"form": form, "server": server, "creating": False},
+                  status=400 if form.errors else 200)
+
+
+@login_required
+@require_POST
+def server_remove(request: HttpRequest, name: str) -> HttpResponse:
+    server = _get_server_or_404(name)
+    try:
+        found = files.update_servers(lambda servers: servers.pop(server.name, None) is not None)
+    except files.ConfigFileError as exc:
+        messages.error(request, f"{exc} (fix the file first; it was not changed)")
+        return redirect("server-detail", server.name)
+    control.config_changed()
+    if found:
+        messages.success(request, f"Removed {server.name}.")
+    return redirect("servers")
+
+
+@login_required
+@require_POST
+def server_enable(request: HttpRequest, name: str, enabled: bool) -> HttpResponse:
+    server = _get_server_or_404(name)
+
+    def mutate(servers: dict) -> None:
+        config = servers.get(server.name)
+        if isinstance(config, dict):
+            if enabled:
+                config.pop("disabled", None)
+            else:
+                config["disabled"] = True
+
+    try:
+        files.update_servers(mutate)
+    except files.ConfigFileError as exc:
+        messages.error(request, f"{exc} (fix the file first; it was not changed)")
+    else:
+        control.config_changed()
+        messages.success(request, f"{'Enabled' if enabled else 'Disabled'} {server.name}.")
+    if request.htmx:
+        return _fragment(request, "mcpcore/server_list.html#server-rows", {"servers": live.server_rows()})
+    return _back(request, "servers")
+
+
+def _reconnect_message(outcome: dict[str, str]) -> str:
+    return "Reconnect: " + "; ".join(f"{n}: {o}" for n, o in outcome.items()) if outcome else \
+        "Reconnect: there are no servers."
+
+
+@login_required
+@require_POST
+def server_reconnect(request: HttpRequest, name: str | None = None) -> HttpResponse:
+    """Reconnect one server, or all (waits for the outcome, bounded by the connect timeout)."""
+    if name is not None:
+        name = _get_server_or_404(name).name
+    outcome = async_to_sync(control.reconnect)(name)
+    if outcome is None:
+        raise Http404("server not found")
+    ok = all(o == "connected" for o in outcome.values())
+    (messages.success if ok else messages.warning)(request, _reconnect_message(outcome))
+    if request.htmx:
+        return _fragment(request, "mcpcore/server_list.html#server-rows", {"servers": live.server_rows()})
+    return _back(request, "servers")
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def server_import(request: HttpRequest) -> HttpResponse:
+    """Upload or paste, see what will be added, then confirm (the preview carries the JSON)."""
+    if request.method == "POST" and request.POST.get("confirm"):
+        try:
+            servers = servers_from_json(request.POST.get("payload", ""))
+            count = files.import_servers(servers)
+        except files.ConfigFileError as exc:
+            messages.error(request, f"{exc} (fix the file first; it was not changed)")
+        except Exception as exc:  # a ValidationError from a tampered payload
+            messages.error(request, "; ".join(getattr(exc, "messages", [str(exc)])))
+        else:
+            control.config_changed()
+            messages.success(request, f"Imported {count} server{'s' if count != 1 else ''}.")
+            return redirect("servers")
+        return redirect("server-import")
+    form = ImportForm(request.POST or None, request.FILES or None)
+    preview = None
+    if request.method == "POST" and form.is_valid():
+        existing = set(Server.objects.values_list("name", flat=True))
+        preview = {
+            "rows": [_preview_row(n, c, n in existing) for n, c in sorted(form.servers.items())],
+            "payload": json.dumps({"servers": form.servers}),
+        }
+    return render(request, "mcpcore/server_import.html", {"form": form, "preview": preview},
+                  status=400 if form.errors else 200)
+
+
+def _preview_row(name: str, config: dict, exists: bool) -> dict:
+    args = config.get("args") or []
+    return {
+        "name": name,
+        "transport": transport_of(config) or "?",
+        "target": config.get("url") or " ".join([config.get("command", ""), *args]),
+        "env": sorted((config.get("env") or {}).keys()),
+        "headers": sorted((config.get("headers") or {}).keys()),
+        "disabled": bool(config.get("disabled")),
+        "replaces": exists,
+    }
+
+
+# --- try a tool -------------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def tool_try(request: HttpRequest, name: str) -> HttpResponse:
+    """Run a tool through the gate like any agent's call (mode `confirm`), and show the result,
+    or the pending confirmation it became."""
+    server = _get_server_or_404(name)
+    tool = get_object_or_404(Tool, server=server, tool_name=request.POST.get("tool", ""))
+    session_id = f"console-{request.user.get_username()}"[:200]
+    error, call = "", None
+    try:
+        args = arguments_from(tool.input_schema, request.POST)
+        call = calls.create(None, request.user.get_username(), tool.registered_name, args,
+                            session_id, "confirm")
+    except ValueError as exc:
+        error = str(exc)
+    except calls.CallError as exc:
+        error = exc.message
+    if call is not None:
+        if call.status == "running":
+            async_to_sync(calls.dispatch)(call)
+            call = async_to_sync(calls.wait_ended)(call.id, TRY_WAIT) or call
+        else:
+            async_to_sync(calls.announce)(str(call.id))
+    if request.htmx:
+        if error:
+            return _fragment(request, "mcpcore/server_detail.html#try-error",
+                             {"error": error, "slot": tool.position})
+        return _fragment(request, "mcpcore/call_detail.html#call-result", _result_context(call),
+                         badge=True)
+    if error:
+        messages.error(request, f"{tool.tool_name}: {error}")
+        return redirect("server-detail", server.name)
+    return redirect("call-detail", call.id)
+
+
+# --- pending confirmations --------------------------------------------------------------------
+
+
+def _allowances() -> list[SessionAllowance]:
+    return list(SessionAllowance.objects.filter(revoked_at__isnull=True).order_by("-created_at")[:200])
+
+
+@login_required
+@require_safe
 def pending(request: HttpRequest) -> HttpResponse:
-    rows = ToolCall.objects.filter(status="pending").order_by("created_at")
-    return render(request, "mcpcore/pending_list.html", {"calls": rows})
+    context = live.pending_context(live.pending_calls())
+    if request.htmx:
+        return _fragment(request, "mcpcore/pending_list.html#pending-list", context, notes=False,
+                         oob=("base.html#pending-badge",))
+    context.update(allowances=_allowances(), live_page="pending")
+    return render(request, "mcpcore/pending_list.html", context)
 
 
 @login_required
+@require_POST
+def pending_reply(request: HttpRequest, confirm_id: str) -> HttpResponse:
+    """Approve (once, remember, for the session) or deny a pending confirmation (SPEC 5)."""
+    form = ReplyForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "That reply was not understood.")
+    else:
+        body = form.body()
+        try:
+            call = calls.reply(form.cleaned_data["session_id"], confirm_id, body,
+                               request.user.get_username())
+        except calls.CallError as exc:
+            messages.error(request, f"Not applied: {exc.message}.")
+        else:
+            if call.status == "running":
+                async_to_sync(calls.dispatch)(call)
+            async_to_sync(calls.announce)(str(call.id))
+            messages.success(request, _reply_message(call))
+    if request.htmx:
+        context = {**live.pending_context(live.pending_calls()), "allowances": _allowances()}
+        return _fragment(request, "mcpcore/pending_list.html#pending-list", context,
+                         oob=("base.html#pending-badge", "mcpcore/pending_list.html#allowances"))
+    return redirect("pending")
+
+
+def _reply_message(call: ToolCall) -> str:
+    said = {
+        "approve": "Approved",
+        "remember": "Approved and remembered",
+        "session": f"Approved for session {call.session_id}",
+        "deny": "Denied",
+    }.get(call.decision, call.decision)
+    return f"{said}: {call.tool_name}."
+
+
+@login_required
+@require_POST
+def allowance_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    row = get_object_or_404(SessionAllowance, pk=pk)
+    if SessionAllowance.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
+        messages.success(request, f"Revoked the allowance of session {row.session_id}.")
+    if request.htmx:
+        return _fragment(request, "mcpcore/pending_list.html#allowances", {"allowances": _allowances()})
+    return redirect("pending")
+
+
+# --- history ----------------------------------------------------------------------------------
+
+
+def _cursor(raw: str | None) -> tuple[datetime.datetime, uuid.UUID] | None:
+    """A page cursor `<created_at ISO>~<call id>`; anything else is no cursor."""
+    if not raw:
+        return None
+    stamp, _, cid = raw.partition("~")
+    try:
+        when = datetime.datetime.fromisoformat(stamp)
+        return (when if when.tzinfo else when.replace(tzinfo=datetime.UTC)), uuid.UUID(cid)
+    except ValueError:
+        return None
+
+
+def _cursor_of(call: ToolCall) -> str:
+    stamp = call.created_at.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"{stamp}~{call.id}"
+
+
+def _history_page(rows, before, after) -> dict:
+    """Keyset pages, newest first, over (created_at, id): cheap at any depth, no COUNT(*)."""
+    if after is not None:
+        when, cid = after
+        rows = rows.filter(created_at__gte=when).filter(Q(created_at__gt=when) | Q(id__gt=cid))
+        found = list(rows.order_by("created_at", "id")[: PAGE_SIZE + 1])
+        newer = len(found) > PAGE_SIZE
+        page = found[:PAGE_SIZE][::-1]
+        older = True
+    else:
+        if before is not None:
+            when, cid = before
+            rows = rows.filter(created_at__lte=when).filter(Q(created_at__lt=when) | Q(id__lt=cid))
+        found = list(rows.order_by("-created_at", "-id")[: PAGE_SIZE + 1])
+        older = len(found) > PAGE_SIZE
+        page = found[:PAGE_SIZE]
+        newer = before is not None
+    return {
+        "calls": [_history_row(c) for c in page],
+        "older": _cursor_of(page[-1]) if older and page else None,
+        "newer": _cursor_of(page[0]) if newer and page else None,
+    }
+
+
+def _history_row(call: ToolCall) -> dict:
+    head = call.result_head or ""
+    complete = len(head) < RESULT_HEAD
+    return {"call": call, "args": pretty(call.arguments), "result": result_view(head, complete),
+            "complete": complete}
+
+
+@login_required
+@require_safe
 def history(request: HttpRequest) -> HttpResponse:
-    rows = ToolCall.objects.all()[:100]
-    return render(request, "mcpcore/call_list.html", {"calls": rows})
+    form = HistoryFilter(request.GET)
+    rows = ToolCall.objects.defer("result", "raw_result").annotate(
+        result_head=Substr("result", 1, RESULT_HEAD)
+    )
+    if form.is_valid():
+        f = form.cleaned_data
+        if f["server"]:
+            rows = rows.filter(server_name=f["server"])
+        if f["tool"]:
+            rows = rows.filter(tool_name__icontains=f["tool"].strip())
+        if f["status"]:
+            rows = rows.filter(status=f["status"])
+        if f["session"]:
+            rows = rows.filter(session_id=f["session"].strip())
+    context = _history_page(rows, _cursor(request.GET.get("before")), _cursor(request.GET.get("after")))
+    context["filtered"] = any(request.GET.get(k) for k in ("server", "tool", "status", "session"))
+    if request.htmx:
+        return render(request, "mcpcore/call_list.html#call-table", context)
+    context.update(form=form, server_names=list(Server.objects.values_list("name", flat=True)))
+    return render(request, "mcpcore/call_list.html", context)
+
+
+def _result_context(call: ToolCall) -> dict:
+    return {"call": call, "result": result_view(call.result) if call.ended else None}
 
 
 @login_required
+@require_safe
+def call_detail(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
+    call = get_object_or_404(ToolCall, id=call_id)
+    context = _result_context(call)
+    if request.htmx:
+        return render(request, "mcpcore/call_detail.html#call-result", context)
+    raw = call.raw_result if call.raw_result and call.raw_result != call.result else ""
+    context.update(args=pretty(call.arguments), raw=result_view(raw) if raw else None,
+                   raw_size=len(raw.encode()) if raw else 0)
+    return render(request, "mcpcore/call_detail.html", context)
+
+
+# --- API tokens -------------------------------------------------------------------------------
+
+
+def _tokens_page(request: HttpRequest, form: TokenForm, new: dict | None, status: int = 200) -> HttpResponse:
+    context = {"tokens": ApiToken.objects.all(), "form": form, "new": new}
+    response = render(request, "mcpcore/token_list.html", context, status=status)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_safe
 def tokens(request: HttpRequest) -> HttpResponse:
-    return render(request, "mcpcore/token_list.html", {"tokens": ApiToken.objects.all()})
+    if request.htmx:
+        return render(request, "mcpcore/token_list.html#token-list", {"tokens": ApiToken.objects.all()})
+    return _tokens_page(request, TokenForm(), None)
+
+
+@login_required
+@require_POST
+def token_create(request: HttpRequest) -> HttpResponse:
+    """The clear token is shown on this response only; the database keeps its hash."""
+    form = TokenForm(request.POST)
+    if not form.is_valid():
+        return _tokens_page(request, form, None, status=400)
+    row, token = ApiToken.issue(form.cleaned_data["name"].strip(), form.cleaned_data["may_auto"])
+    return _tokens_page(request, TokenForm(), {"row": row, "token": token})
+
+
+@login_required
+@require_POST
+def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    row = get_object_or_404(ApiToken, pk=pk)
+    if ApiToken.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
+        messages.success(request, f"Revoked token {row.name}.")
+    if request.htmx:
+        return _fragment(request, "mcpcore/token_list.html#token-list", {"tokens": ApiToken.objects.all()})
+    return redirect("tokens")
