@@ -128,6 +128,61 @@ def test_it_follows_every_page_of_a_paginated_tool_list(console):
     assert len([n for n in c.tools() if n.startswith("mcp__paged__")]) == 25
 
 
+def test_it_stops_on_a_repeated_cursor_with_a_clear_error(console):
+    c = console({"loop": our_server("paged.py", env={"PAGED_LOOP": "1"}), "echo": our_server("echo.py")})
+    c.wait_connected("echo")
+    status = wait_until(lambda: (s := c.status()) and s["loop"]["Error"] and s, 15)
+    assert "repeated the cursor" in status["loop"]["Error"]
+
+
+@pytest.fixture
+def echo_http():
+    """Our echo server over streamable HTTP and over legacy SSE."""
+    procs, urls = [], {}
+    for kind in ("http", "sse"):
+        port = free_port()
+        env = {**os.environ, "MCP_ECHO_PORT": str(port)}
+        if kind == "sse":
+            env["MCP_ECHO_TRANSPORT"] = "sse"
+        procs.append(subprocess.Popen([PYTHON, str(SERVERS / "echo.py")], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        urls[kind] = f"http://127.0.0.1:{port}/{'sse' if kind == 'sse' else 'mcp'}"
+
+    def up(url):
+        try:
+            with httpx2.stream("GET", url, timeout=1):
+                return True
+        except httpx2.HTTPError:
+            return False
+
+    for url in urls.values():
+        wait_until(lambda: up(url), 20, what=f"{url} up")
+    yield urls
+    for p in procs:
+        p.kill()  # uvicorn waits for open SSE streams on SIGTERM
+        p.wait(5)
+
+
+def test_it_sends_expanded_headers_over_http_and_sse(console, echo_http):
+    c = console({
+        "web": {"url": echo_http["http"], "headers": {"Authorization": "${ECHO_TOKEN}", "X-Team": "$TEAM"}},
+        "legacy": {"url": echo_http["sse"], "type": "sse", "headers": {"Authorization": "Basic abc"}},
+    }, ECHO_TOKEN="s3cret", TEAM="blue")
+    status = c.wait_connected("web", "legacy")
+    assert status["web"]["Transport"] == "streamable-http" and status["legacy"]["Transport"] == "sse"
+
+    def header(server, name):
+        return c.call(f"mcp__{server}__header", {"name": name}, mode="auto").json()["result"]
+
+    assert header("web", "authorization") == "Bearer s3cret"
+    assert header("web", "x-team") == "blue"
+    assert header("legacy", "authorization") == "Basic abc"
+    # The file keeps the variables, and the API never shows the values.
+    assert "${ECHO_TOKEN}" in (c.home / "mcp.json").read_text()
+    shown = c.get("/v1/mcp").json()["servers"]["web"]["headers"]
+    assert shown == {"Authorization": "********", "X-Team": "********"}
+
+
 def test_it_renews_the_session_when_the_server_process_is_killed(console):
     c = console({"echo": our_server("echo.py")})
     c.wait_connected("echo")

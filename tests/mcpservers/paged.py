@@ -4,6 +4,7 @@ MCPServer's tools/list handler ignores the cursor, so this uses the low-level Se
 The cursor is the next start index as a string; a bad cursor is an INVALID_PARAMS error.
 """
 
+import os
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
@@ -24,6 +25,9 @@ async def list_tools(ctx, params: types.PaginatedRequestParams | None) -> types.
     except ValueError:
         raise MCPError(types.INVALID_PARAMS, f"bad cursor {cursor!r}") from None
     end = start + PAGE
+    if os.environ.get("PAGED_LOOP"):
+        # A broken server: every page points back at the second one.
+        return types.ListToolsResult(tools=TOOLS[start:end], next_cursor="10")
     return types.ListToolsResult(tools=TOOLS[start:end], next_cursor=str(end) if end < len(TOOLS) else None)
 
 
