@@ -28,8 +28,27 @@ class CallError(Exception):
 INTERRUPTED = "interrupted: the console stopped while the call was running"
 
 
+_matcher: dict = {"key": None, "match": None}
+
+
 def allowed(tool_name: str) -> bool:
-    return allowlist.Matcher(AllowEntry.objects.values_list("entry", flat=True))(tool_name)
+    """Whether `allow_tool` (the shared truth) allows the tool. The parsed matcher is kept
+    until the file's stat changes; an unreadable file falls back to the mirrored table."""
+    path = files.path_of(files.ALLOW_TOOL)
+    try:
+        st = path.stat()
+        key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    except FileNotFoundError:
+        key = (str(path), None)
+    except OSError:
+        key = None
+    if key is None or key != _matcher["key"]:
+        try:
+            entries = files.read_allow_tool()
+        except files.ConfigFileError:
+            entries, key = list(AllowEntry.objects.values_list("entry", flat=True)), None
+        _matcher["key"], _matcher["match"] = key, allowlist.Matcher(entries)
+    return _matcher["match"](tool_name)
 
 
 def session_allowed(session_id: str) -> bool:
@@ -86,7 +105,11 @@ def owner_channel(server_name: str) -> str | None:
 
 async def dispatch(call: ToolCall) -> None:
     """Hand a running call to the worker that owns its server (if none, the next owner picks
-    it up from the database)."""
+    it up from the database). The supervisor of this process takes its own calls directly."""
+    local = control.local_supervisor
+    if local is not None and call.server_name in local.sessions:
+        local.spawn_call(str(call.id))
+        return
     channel = await sync_to_async(owner_channel)(call.server_name)
     if channel:
         await get_channel_layer().send(channel, {"type": "call.run", "call_id": str(call.id)})

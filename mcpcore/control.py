@@ -8,6 +8,10 @@ SUPERVISORS = "mcp-supervisors"  # group every supervisor worker joins
 STATUS = "mcp-status"  # group browsers join for live server status
 PENDING = "mcp-pending"  # group browsers join for live pending confirmations
 
+# The supervisor running in this process, if any (set by the supervisor itself): calls for
+# servers it holds skip the channel layer. Web code never calls anything else on it.
+local_supervisor = None
+
 
 def call_group(call_id: str) -> str:
     return f"mcp-call-{call_id}"

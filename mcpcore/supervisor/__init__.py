@@ -2,6 +2,6 @@
 embedded `serve`, or each `mcpworker`); it owns the sessions of the servers it holds a lease on.
 """
 
-from .core import Supervisor, current
+from .core import Supervisor
 
-__all__ = ["Supervisor", "current"]
+__all__ = ["Supervisor"]

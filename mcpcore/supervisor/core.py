@@ -26,12 +26,7 @@ from .session import ServerSession
 
 log = logging.getLogger("mcpcore.supervisor")
 
-_current: "Supervisor | None" = None
 TICK = 1.0
-
-
-def current() -> "Supervisor | None":
-    return _current
 
 
 class Supervisor:
@@ -57,8 +52,7 @@ class Supervisor:
 
     async def start(self) -> None:
         """Register, join the supervisors' group, and start the background loops."""
-        global _current
-        _current = self
+        control.local_supervisor = self
         from channels.layers import get_channel_layer
 
         layer = get_channel_layer()
@@ -79,7 +73,6 @@ class Supervisor:
 
     async def stop(self) -> None:
         """Close every session (and with it every stdio server process), give leases back."""
-        global _current
         self._stop.set()
         for task in self._tasks:
             task.cancel()
@@ -90,8 +83,8 @@ class Supervisor:
         await sync_to_async(self._unregister)()
         for f in self._errlogs.values():
             f.close()
-        if _current is self:
-            _current = None
+        if control.local_supervisor is self:
+            control.local_supervisor = None
 
     def _unregister(self) -> None:
         Server.objects.filter(owner=self.name).update(owner="", lease_expires=None)
