@@ -1,12 +1,17 @@
 """A real console for tests: `manage.py serve` in a subprocess with its own data folder,
 $AGENVOY_HOME and token, talked to over HTTP like any agent would."""
 
+import hashlib
 import json
 import os
+import secrets
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +22,7 @@ PYTHON = sys.executable
 SERVERS = ROOT / "tests" / "mcpservers"
 EVERYTHING = ROOT / "servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 TIME_SERVER = ROOT / ".venv-servers/bin/mcp-server-time"
+_TEMPLATE: Path | None = None
 
 
 def free_port() -> int:
@@ -72,10 +78,34 @@ class Console:
         self.proc: subprocess.Popen | None = None
         if servers is not None:
             (self.home / "mcp.json").write_text(json.dumps({"servers": servers}, indent=2))
-        self.manage("migrate", "--noinput", "-v0")
-        self.token = self.manage("create_token", "tests").strip()
+        self._fresh_database()
+        self.token = self._insert_token("tests")
         self.http = httpx2.Client(base_url=self.url, timeout=120,
                                   headers={"Authorization": f"Bearer {self.token}"})
+
+    def _fresh_database(self) -> None:
+        """A copy of a database migrated once per test run: migrate costs seconds a console."""
+        global _TEMPLATE
+        if _TEMPLATE is None:
+            folder = Path(tempfile.mkdtemp(prefix="agenvoy-template-"))
+            env = {**self.env, "AGENVOY_DATA_DIR": str(folder)}
+            subprocess.run([PYTHON, str(ROOT / "manage.py"), "migrate", "--noinput", "-v0"],
+                           env=env, cwd=ROOT, check=True, timeout=120)
+            _TEMPLATE = folder / "db.sqlite3"
+        shutil.copyfile(_TEMPLATE, self.data / "db.sqlite3")
+
+    def _insert_token(self, name: str) -> str:
+        """What `create_token` does, without starting Python again: only the hash is stored."""
+        token = "agv_" + secrets.token_urlsafe(32)
+        conn = sqlite3.connect(self.data / "db.sqlite3")
+        with conn:
+            conn.execute(
+                "insert into mcpcore_apitoken (name, token_hash, hint, may_auto, created_at)"
+                " values (?, ?, ?, 1, datetime('now'))",
+                (name, hashlib.sha256(token.encode()).hexdigest(), token[:8]),
+            )
+        conn.close()
+        return token
 
     def manage(self, *args: str) -> str:
         out = subprocess.run([PYTHON, str(ROOT / "manage.py"), *args], env=self.env, cwd=ROOT,
