@@ -41,5 +41,9 @@ $(EVERYTHING): servers/package.json servers/package-lock.json
 	cd servers && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+lint: setup
+	$(PY) -m ruff check mcpcore agenvoy_site tests bench
+	$(PY) -m ruff format --check mcpcore agenvoy_site tests bench
+
 clean:
 	rm -rf $(VENV) $(SERVERS_VENV) servers/node_modules

@@ -167,6 +167,8 @@ class Tool(models.Model):
             "server": self.server.name,
             "tool": self.tool_name,
             "llm_safe": self.llm_safe,
+            # A down server's tools stay registered; agents can see they won't run now.
+            "available": self.server.state == "connected",
         }
 
 
