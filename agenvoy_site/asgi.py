@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels routing."""
+"""ASGI entry point: `/v1` through a middleware-free Django handler, pages through the full
+one, WebSockets through Channels routing, static files served directly."""
 
 import os
 
@@ -11,14 +12,19 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from mcpcore import routing  # noqa: E402
+from mcpcore import db, routing  # noqa: E402
+from mcpcore.api.handler import ApiHandler, ApiRouter  # noqa: E402
 from mcpcore.staticserve import StaticFiles  # noqa: E402
 
-application = StaticFiles(ProtocolTypeRouter(
-    {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(routing.websocket_urlpatterns))
-        ),
-    }
-))
+db.use_dedicated_threads()
+
+application = StaticFiles(
+    ProtocolTypeRouter(
+        {
+            "http": ApiRouter(ApiHandler(), django_asgi_app),
+            "websocket": AllowedHostsOriginValidator(
+                AuthMiddlewareStack(URLRouter(routing.websocket_urlpatterns))
+            ),
+        }
+    )
+)

@@ -6,13 +6,12 @@ import asyncio
 import datetime
 import uuid
 
-from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import allowlist, control, files, gate
+from . import allowlist, control, db, files, gate
 from .models import AllowEntry, ApiToken, Server, SessionAllowance, Tool, ToolCall, Worker
 
 
@@ -56,8 +55,12 @@ def session_allowed(session_id: str) -> bool:
 
 
 def create(token: ApiToken | None, user: str, name: object, arguments: object,
-           session_id: object, mode: object) -> ToolCall:
-    """Validate a call request, run it through the gate, and record it (SPEC 5, 7)."""
+           session_id: object, mode: object, local=None) -> ToolCall:
+    """Validate a call request, run it through the gate, and record it (SPEC 5, 7).
+
+    `local(server) -> worker name or None` says whether this process's supervisor holds the
+    server: a call that runs at once is then recorded as already claimed by it.
+    """
     if not isinstance(name, str) or not name.strip():
         raise CallError("name is required", 400)
     if arguments is None:
@@ -79,7 +82,7 @@ def create(token: ApiToken | None, user: str, name: object, arguments: object,
     if norm == "auto" and token is not None and not token.may_auto:
         raise CallError("this token may not use auto mode", 403)
     session_id = session_id.strip() if isinstance(session_id, str) else uuid.uuid4().hex
-    decision = gate.decide(norm, allowed(tool.registered_name), session_allowed(session_id))
+    decision = gate.decide(norm, lambda: allowed(tool.registered_name), lambda: session_allowed(session_id))
     now = timezone.now()
     call = ToolCall(
         session_id=session_id, tool_name=tool.registered_name, server_name=server.name,
@@ -88,6 +91,9 @@ def create(token: ApiToken | None, user: str, name: object, arguments: object,
     )
     if decision.run:
         call.status, call.decision, call.decided_at = "running", decision.reason, now
+        worker = local(server.name) if local is not None else None
+        if worker:
+            call.started_at, call.worker, call.attempts = now, worker, 1
     else:
         call.status = "pending"
         call.confirm_id = uuid.uuid4()
@@ -110,7 +116,7 @@ async def dispatch(call: ToolCall) -> None:
     if local is not None and call.server_name in local.sessions:
         local.spawn_call(str(call.id))
         return
-    channel = await sync_to_async(owner_channel)(call.server_name)
+    channel = await db.run(owner_channel, call.server_name)
     if channel:
         await get_channel_layer().send(channel, {"type": "call.run", "call_id": str(call.id)})
 
@@ -239,7 +245,9 @@ async def wait_ended(call_id, seconds: float) -> ToolCall | None:
     Waits on the call's channel-layer group (pushed by whoever ends it) and re-reads the row
     on every wake and at least every second, so a missed message costs at most a second.
     """
-    get = sync_to_async(lambda: ToolCall.objects.filter(id=call_id).first())
+    def get():
+        return db.run(lambda: ToolCall.objects.filter(id=call_id).first())
+
     call = await get()
     if call is None or call.ended or seconds <= 0:
         return call
@@ -255,7 +263,7 @@ async def wait_ended(call_id, seconds: float) -> ToolCall | None:
             if call is None or call.ended:
                 return call
             if call.status == "pending" and call.expires_at and call.expires_at <= timezone.now():
-                if await sync_to_async(expire)(call.id):
+                if await db.run(expire, call.id):
                     await announce(str(call.id))
                 continue
             left = deadline - loop.time()

@@ -39,10 +39,10 @@ async def reconnect(name: str | None) -> dict[str, str] | None:
     each became within the connect timeout. None when `name` is not a server."""
     import asyncio
 
-    from asgiref.sync import sync_to_async
     from django.conf import settings
 
-    from .models import Server, Worker  # noqa: F811
+    from . import db
+    from .models import Server, Worker
 
     def plan() -> dict[str, list[str]] | None:
         rows = Server.objects.all() if name is None else Server.objects.filter(name=name)
@@ -56,7 +56,7 @@ async def reconnect(name: str | None) -> dict[str, str] | None:
             by_channel.setdefault(key or f"!none:{sname}", []).append(sname)
         return by_channel
 
-    by_channel = await sync_to_async(plan)()
+    by_channel = await db.run(plan)
     if by_channel is None:
         return None
     outcome: dict[str, str] = {}
@@ -88,12 +88,11 @@ async def reconnect(name: str | None) -> dict[str, str] | None:
 
 async def cancel_call(call) -> None:
     """Tell the worker running a call to cancel it (it sends notifications/cancelled)."""
-    from asgiref.sync import sync_to_async
-
+    from . import db
     from .models import Worker
 
-    channel = await sync_to_async(
+    channel = await db.run(
         lambda: Worker.objects.filter(name=call.worker).values_list("channel", flat=True).first()
-    )()
+    )
     if channel:
         await get_channel_layer().send(channel, {"type": "call.cancel", "call_id": str(call.id)})

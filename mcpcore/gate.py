@@ -1,5 +1,6 @@
 """The confirmation gate's decisions (SPEC 5). Pure: no HTTP, no database, no mcp."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 MODES = {
@@ -23,13 +24,16 @@ class Decision:
     reason: str  # auto, allowlist, session, or ask
 
 
-def decide(mode: str, allowed: bool, session_allowed: bool) -> Decision:
-    """First match wins: auto mode, the allow-list, the session's allowance, else ask."""
+def decide(mode: str, allowed: Callable[[], bool], session_allowed: Callable[[], bool]) -> Decision:
+    """First match wins: auto mode, the allow-list, the session's allowance, else ask.
+
+    The checks are callables, asked only when reached: each may cost a lookup.
+    """
     if mode == "auto":
         return Decision(True, "auto")
-    if allowed:
+    if allowed():
         return Decision(True, "allowlist")
-    if session_allowed:
+    if session_allowed():
         return Decision(True, "session")
     return Decision(False, "ask")
 

@@ -6,11 +6,11 @@ import json
 import logging
 from collections.abc import Callable
 
-from asgiref.sync import sync_to_async
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
+from .. import db
 from ..models import ApiToken
 
 log = logging.getLogger("mcpcore.api")
@@ -83,7 +83,7 @@ def api_view(methods: tuple[str, ...]) -> Callable:
 
             @functools.wraps(view)
             async def handler(request: HttpRequest, *args, **kwargs):
-                denied = await sync_to_async(precheck)(request)
+                denied = await db.run(precheck, request)
                 if denied is not None:
                     return denied
                 try:

@@ -1,8 +1,10 @@
 """`/v1` views: thin wrappers over the modules that do the work (SPEC 7)."""
 
+import asyncio
+
 from django.http import HttpRequest, JsonResponse
 
-from .. import allowlist, control, files, names
+from .. import allowlist, control, db, files, names
 from ..models import Server, Tool, mask_config, unmask_config
 from .auth import ApiError, api_view, json_body
 
@@ -167,9 +169,7 @@ def mcp_instructions(request: HttpRequest) -> JsonResponse:
 
 @api_view(("POST",))
 async def mcp_reconnect(request: HttpRequest) -> JsonResponse:
-    from asgiref.sync import sync_to_async
-
-    body = await sync_to_async(json_body)(request)
+    body = json_body(request)
     name = body.get("name")
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ApiError("name must be a server name")
@@ -201,23 +201,35 @@ def _who(request: HttpRequest) -> str:
 
 @api_view(("POST",))
 async def mcp_call(request: HttpRequest) -> JsonResponse:
-    from asgiref.sync import sync_to_async
-
     from .. import calls
 
-    body = await sync_to_async(json_body)(request)
+    body = json_body(request)
     wait = _wait_seconds(body.get("wait"), 30.0)
+    local = control.local_supervisor
     try:
-        call = await sync_to_async(calls.create)(
-            request.api_token, "", body.get("name"), body.get("arguments"),
-            body.get("session_id"), body.get("mode"),
+        call = await db.run(
+            calls.create, request.api_token, "", body.get("name"), body.get("arguments"),
+            body.get("session_id"), body.get("mode"), local.holds if local else None,
         )
     except calls.CallError as exc:
         raise ApiError(exc.message, exc.status) from None
-    if call.status == "running":
-        await calls.dispatch(call)
-    else:
+    if call.status == "pending":
         await calls.announce(str(call.id))
+    elif local is not None and call.worker == local.name:
+        # Claimed for the supervisor of this process: wait on its task, not the database.
+        task = local.start_claimed(call)
+        try:
+            final = await asyncio.wait_for(asyncio.shield(task), wait) if wait > 0 else None
+        except TimeoutError:
+            final = None
+        if final is not None:
+            for key, value in final.items():
+                setattr(call, key, value)
+            return JsonResponse(call.to_answer())
+        if not task.done():
+            return JsonResponse(call.to_answer(), status=202)
+    else:
+        await calls.dispatch(call)
     return await _call_answer(call.id, wait)
 
 
@@ -249,13 +261,11 @@ async def mcp_call_detail(request: HttpRequest, call_id: str) -> JsonResponse:
 
 @api_view(("POST",))
 async def mcp_call_cancel(request: HttpRequest, call_id: str) -> JsonResponse:
-    from asgiref.sync import sync_to_async
-
     from .. import calls
 
     cid = _uuid_or_404(call_id, "call not found")
     try:
-        call, tell_owner = await sync_to_async(calls.cancel)(cid)
+        call, tell_owner = await db.run(calls.cancel, cid)
     except calls.CallError as exc:
         raise ApiError(exc.message, exc.status) from None
     if tell_owner:
@@ -275,13 +285,11 @@ def pending(request: HttpRequest) -> JsonResponse:
 
 @api_view(("POST",))
 async def confirm(request: HttpRequest, session_id: str, confirm_id: str) -> JsonResponse:
-    from asgiref.sync import sync_to_async
-
     from .. import calls
 
-    body = await sync_to_async(json_body)(request)
+    body = json_body(request)
     try:
-        call = await sync_to_async(calls.reply)(session_id, confirm_id, body, _who(request))
+        call = await db.run(calls.reply, session_id, confirm_id, body, _who(request))
     except calls.CallError as exc:
         raise ApiError(exc.message, exc.status) from None
     if call.status == "running":

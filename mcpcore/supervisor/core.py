@@ -14,13 +14,12 @@ import socket
 import uuid
 from pathlib import Path
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import calls, control, files
-from ..models import Server, ToolCall, Worker
+from .. import calls, control, db, files
+from ..models import Server, Worker
 from . import runner
 from .session import ServerSession
 
@@ -57,7 +56,7 @@ class Supervisor:
 
         layer = get_channel_layer()
         await layer.group_add(control.SUPERVISORS, self.channel)
-        await sync_to_async(self._register_worker)()
+        await db.run(self._register_worker)
         self._tasks.append(asyncio.ensure_future(self._loop()))
 
     def _register_worker(self) -> None:
@@ -80,7 +79,7 @@ class Supervisor:
             task.cancel()
         await asyncio.gather(*(s.stop() for s in list(self.sessions.values())), return_exceptions=True)
         self.sessions.clear()
-        await sync_to_async(self._unregister)()
+        await db.run(self._unregister)
         for f in self._errlogs.values():
             f.close()
         if control.local_supervisor is self:
@@ -109,6 +108,18 @@ class Supervisor:
             task = asyncio.ensure_future(runner.run_call(self, call_id))
             self.calls[call_id] = task
             task.add_done_callback(lambda _t: self.calls.pop(call_id, None))
+
+    def start_claimed(self, call) -> asyncio.Task:
+        """Run a call the web side of this process claimed for us when it created it."""
+        call_id = str(call.id)
+        task = asyncio.ensure_future(runner.run_claimed(self, call))
+        self.calls[call_id] = task
+        task.add_done_callback(lambda _t: self.calls.pop(call_id, None))
+        return task
+
+    def holds(self, server_name: str) -> str | None:
+        """This worker's name when it holds the server's session (read from any thread)."""
+        return self.name if server_name in self.sessions else None
 
     def cancel_call(self, call_id: str) -> None:
         task = self.calls.get(call_id)
@@ -145,8 +156,8 @@ class Supervisor:
     async def _loop(self) -> None:
         """Every tick: shared files, heartbeat and leases, sessions to start or stop,
         confirmations to expire, calls to pick up. Woken early by a rescan request."""
-        await sync_to_async(files.sync_allow)()
-        await sync_to_async(files.sync_servers)()
+        await db.run(files.sync_allow)
+        await db.run(files.sync_servers)
         self._watcher.changed(files.ALLOW_TOOL)
         self._watcher.changed(files.MCP_JSON)
         self.started.set()
@@ -162,8 +173,8 @@ class Supervisor:
             self._rescan.clear()
 
     async def _tick(self) -> None:
-        changed = await sync_to_async(self._watcher.check)()
-        owned, wanted_config = await sync_to_async(self._leases)()
+        changed = await db.run(self._watcher.check)
+        owned, wanted_config = await db.run(self._leases)
         for name in list(self.sessions):
             if name not in owned:
                 session = self.sessions.pop(name)
@@ -179,10 +190,10 @@ class Supervisor:
                 session.config_hash = wanted_config[name]
                 self._signatures.pop(name, None)
                 session.reconnect()
-        expired = await sync_to_async(calls.expire_due)()
+        expired = await db.run(calls.expire_due)
         for call_id in expired:
             await calls.announce(call_id)
-        for call_id in await sync_to_async(calls.unstarted_for)(list(owned)):
+        for call_id in await db.run(calls.unstarted_for, list(owned)):
             self.spawn_call(call_id)
 
     def _leases(self) -> tuple[set[str], dict[str, str]]:

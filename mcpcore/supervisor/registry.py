@@ -1,5 +1,5 @@
 """Tool lists to registered tools: the signature, and the database writes (SPEC 3, 6).
-Database functions here are synchronous; the supervisor calls them through sync_to_async."""
+Database functions here are synchronous; the supervisor runs them through mcpcore.db."""
 
 import hashlib
 import json

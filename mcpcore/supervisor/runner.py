@@ -5,13 +5,12 @@ import asyncio
 import logging
 
 import anyio
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from .. import calls, gate, results
-from ..models import Server, ToolCall
+from .. import calls, db, gate, results
+from ..models import ToolCall
 from .session import describe, is_session_lost
 
 log = logging.getLogger("mcpcore.supervisor")
@@ -29,35 +28,38 @@ def _claim(call_id: str, worker: str) -> ToolCall | None:
     return ToolCall.objects.filter(id=call_id).first() if claimed == 1 else None
 
 
-def _timeout_of(server_name: str) -> float:
-    value = Server.objects.filter(name=server_name).values_list("call_timeout", flat=True).first()
-    return value or settings.AGENVOY_CALL_TIMEOUT
-
-
 async def run_call(sup, call_id: str) -> None:
-    call = await sync_to_async(_claim)(call_id, sup.name)
-    if call is None:
-        return
+    """Claim an approved call from the database, then run it."""
+    call = await db.run(_claim, call_id, sup.name)
+    if call is not None:
+        await run_claimed(sup, call)
+
+
+async def run_claimed(sup, call: ToolCall) -> dict | None:
+    """Run a call this worker holds; store, announce and return its final fields (None when
+    it was ended meanwhile by someone else, say a cancel)."""
+    call_id = str(call.id)
     try:
         status, text, extra = await _execute(sup, call)
     except asyncio.CancelledError:
         stopping = sup._stop.is_set()
         status, text = ("interrupted", calls.INTERRUPTED) if stopping else ("cancelled", "cancelled")
-        await sync_to_async(calls.finish)(call.id, status, text, is_error=stopping)
+        await db.run(calls.finish, call.id, status, text, is_error=stopping)
         await calls.announce(call_id)
         raise
     except Exception as exc:  # a failure of this call is this call's error, nothing more
         log.warning("call %s (%s) failed: %s", call_id, call.tool_name, describe(exc))
         status, text, extra = "error", f"tool error: {describe(exc)}", {"is_error": True}
-    await sync_to_async(calls.finish)(call.id, status, text, **extra)
+    stored = await db.run(calls.finish, call.id, status, text, **extra)
     await calls.announce(call_id)
+    return {"status": status, "result": text, **extra} if stored else None
 
 
 async def _execute(sup, call: ToolCall) -> tuple[str, str, dict]:
     session = sup.sessions.get(call.server_name)
     if session is None:
         return "error", f"server {call.server_name} is not connected: not held by this worker", {"is_error": True}
-    timeout = await sync_to_async(_timeout_of)(call.server_name)
+    timeout = session.call_timeout or settings.AGENVOY_CALL_TIMEOUT
     for attempt in (1, 2):
         client = await session.wait_ready(settings.AGENVOY_CONNECT_TIMEOUT)
         if client is None:

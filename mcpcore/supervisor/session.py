@@ -12,12 +12,11 @@ import uuid
 from contextlib import AsyncExitStack
 
 import anyio
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 from mcp import Client
 
-from .. import control
+from .. import control, db
 from ..models import Server
 from . import registry, transport
 
@@ -93,6 +92,7 @@ class ServerSession:
         self._reconnect = False
         self._attempt_done: list[asyncio.Future] = []
         self.last_poll = None
+        self.call_timeout: float | None = None
 
     # --- control from other tasks -----------------------------------------------------------
 
@@ -136,7 +136,7 @@ class ServerSession:
     async def _run(self) -> None:
         backoff = BACKOFF_START
         while not self._stopping:
-            server = await sync_to_async(Server.objects.filter(name=self.name).first)()
+            server = await db.run(Server.objects.filter(name=self.name).first)
             if server is None:
                 return
             if not server.enabled or server.misconfigured:
@@ -145,6 +145,7 @@ class ServerSession:
                 self._finish_attempts(server.last_error or "disabled")
                 await self._wait_wake(math.inf)
                 continue
+            self.call_timeout = server.call_timeout
             self._reconnect = False
             self._wake.clear()
             self._lost.clear()
@@ -321,14 +322,14 @@ class ServerSession:
         sig = registry.signature(rows)
         if sig == self.sup.known_signature(self.name):
             return
-        if await sync_to_async(registry.replace_tools)(self.name, rows, sig, warnings):
+        if await db.run(registry.replace_tools, self.name, rows, sig, warnings):
             self.sup.remember_signature(self.name, sig)
             log.info("server %s: %d tools registered", self.name, len(rows))
             await control.asend_group(control.STATUS, {"type": "status.changed", "server": self.name})
 
     async def _publish_connected(self, client: Client) -> None:
         info = client.server_info.model_dump(mode="json", exclude_none=True) if client.server_info else {}
-        await sync_to_async(Server.objects.filter(name=self.name).update)(
+        await db.run(Server.objects.filter(name=self.name).update, 
             state="connected",
             last_error="",
             protocol_version=self.protocol,
@@ -339,9 +340,10 @@ class ServerSession:
         await control.asend_group(control.STATUS, {"type": "status.changed", "server": self.name})
 
     async def _set_state(self, state: str, error: str) -> None:
-        changed = await sync_to_async(
-            Server.objects.filter(name=self.name).exclude(state=state, last_error=error).update
-        )(state=state, last_error=error)
+        changed = await db.run(
+            Server.objects.filter(name=self.name).exclude(state=state, last_error=error).update,
+            state=state, last_error=error,
+        )
         if changed:
             await control.asend_group(control.STATUS, {"type": "status.changed", "server": self.name})
 

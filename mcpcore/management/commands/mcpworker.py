@@ -5,6 +5,7 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from mcpcore import db
 from mcpcore.supervisor import Supervisor, host
 
 log = logging.getLogger("mcpcore.worker")
@@ -19,6 +20,10 @@ class Command(BaseCommand):
     def handle(self, name, **options):
         if not settings.REDIS_URL:
             raise CommandError("mcpworker needs REDIS_URL: workers reach web processes through Redis")
+        from .serve import tune_gil
+
+        tune_gil()
+        db.use_dedicated_threads()
         asyncio.run(self._main(name))
 
     async def _main(self, name):
