@@ -1,5 +1,5 @@
 # daphne.server installs Twisted's asyncio reactor on import: it must come first.
-import daphne.server  # noqa: I001  isort:skip
+import daphne.server  # noqa: F401, I001  isort:skip
 
 from daphne.management.commands.runserver import Command as DaphneRunserver
 
