@@ -198,20 +198,28 @@ class Supervisor:
 
     def _leases(self) -> tuple[set[str], dict[str, str]]:
         """Renew our leases, take free or expired ones (a fair share when others are alive),
-        give up the ones of removed servers. Claims are conditional updates."""
+        give up the ones of removed servers. Claims are conditional updates.
+
+        The only supervisor (embedded `serve`) has no one to share with: it writes nothing
+        here on an ordinary tick, only when it takes a new server.
+        """
         now = timezone.now()
-        until = now + datetime.timedelta(seconds=settings.AGENVOY_LEASE_SECONDS)
-        Worker.objects.filter(name=self.name).update(heartbeat=now)
-        Server.objects.filter(owner=self.name).update(lease_expires=until)
+        until = None if self.exclusive else now + datetime.timedelta(seconds=settings.AGENVOY_LEASE_SECONDS)
+        if not self.exclusive:
+            Worker.objects.filter(name=self.name).update(heartbeat=now)
+            Server.objects.filter(owner=self.name).update(lease_expires=until)
         servers = list(Server.objects.values_list("name", "owner", "lease_expires", "config_hash"))
-        alive = Worker.objects.filter(heartbeat__gte=now - datetime.timedelta(
-            seconds=settings.AGENVOY_LEASE_SECONDS)).count()
-        share = math.ceil(len(servers) / max(alive, 1))
         mine = {n for n, owner, _e, _h in servers if owner == self.name}
+        share = len(servers)
+        if not self.exclusive:
+            alive = Worker.objects.filter(
+                heartbeat__gte=now - datetime.timedelta(seconds=settings.AGENVOY_LEASE_SECONDS)
+            ).count()
+            share = math.ceil(len(servers) / max(alive, 1))
         for name, owner, expires, _h in servers:
-            if name in mine or len(mine) >= share and not self.exclusive:
+            if name in mine or len(mine) >= share:
                 continue
-            if owner and expires and expires > now:
+            if owner and not self.exclusive and expires and expires > now:
                 continue
             took = Server.objects.filter(name=name, owner=owner).filter(
                 Q(lease_expires=expires) if expires else Q(lease_expires__isnull=True)
