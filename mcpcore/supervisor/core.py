@@ -174,7 +174,9 @@ class Supervisor:
 
     async def _tick(self) -> None:
         changed = await db.run(self._watcher.check)
-        owned, wanted_config = await db.run(self._leases)
+        owned, wanted_config, share = await db.run(self._leases)
+        if len(owned) > share:
+            owned = await self._hand_over(owned, len(owned) - share)
         for name in list(self.sessions):
             if name not in owned:
                 session = self.sessions.pop(name)
@@ -230,4 +232,22 @@ class Supervisor:
                     # The previous owner died holding it: its calls there can't finish.
                     calls.interrupt_for(name, owner)
         hashes = {n: h for n, _o, _e, h in servers}
-        return mine, {n: hashes[n] for n in mine}
+        return mine, {n: hashes[n] for n in mine}, share
+
+    async def _hand_over(self, owned: set[str], surplus: int) -> set[str]:
+        """Give back servers beyond our fair share (a worker that started first took them
+        all), one per tick, idle ones only, so the others can take them."""
+        busy = {task_server for task_server in self._busy_servers()}
+        for name in sorted(owned - busy, reverse=True)[:min(surplus, 1)]:
+            session = self.sessions.pop(name, None)
+            if session is not None:
+                await session.stop()
+            self._signatures.pop(name, None)
+            await db.run(Server.objects.filter(name=name, owner=self.name).update,
+                         owner="", lease_expires=None)
+            owned = owned - {name}
+            log.info("handed %s over for balance", name)
+        return owned
+
+    def _busy_servers(self) -> set[str]:
+        return {s.name for s in self.sessions.values() if s.active_calls}

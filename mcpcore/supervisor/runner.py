@@ -60,6 +60,14 @@ async def _execute(sup, call: ToolCall) -> tuple[str, str, dict]:
     if session is None:
         return "error", f"server {call.server_name} is not connected: not held by this worker", {"is_error": True}
     timeout = session.call_timeout or settings.AGENVOY_CALL_TIMEOUT
+    session.active_calls += 1
+    try:
+        return await _attempts(session, call, timeout)
+    finally:
+        session.active_calls -= 1
+
+
+async def _attempts(session, call: ToolCall, timeout: float) -> tuple[str, str, dict]:
     for attempt in (1, 2):
         client = await session.wait_ready(settings.AGENVOY_CONNECT_TIMEOUT)
         if client is None:

@@ -93,6 +93,7 @@ class ServerSession:
         self._attempt_done: list[asyncio.Future] = []
         self.last_poll = None
         self.call_timeout: float | None = None
+        self.active_calls = 0
 
     # --- control from other tasks -----------------------------------------------------------
 
