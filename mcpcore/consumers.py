@@ -1,15 +1,20 @@
 """Channels consumers: the browser's live socket (status and pending pushes), and the
 supervisor's channel, whose handlers hand work to the supervisor without awaiting it."""
 
-from channels.generic.websocket import AsyncWebsocketConsumer
+import logging
+
 from channels.consumer import AsyncConsumer
+from channels.generic.websocket import AsyncWebsocketConsumer
 
 from . import control
+
+log = logging.getLogger("mcpcore.live")
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
     """Pushes server status and pending confirmations to a signed-in browser as htmx
-    out-of-band fragments (the hx-ws extension swaps them in by id)."""
+    out-of-band fragments (the hx-ws extension swaps them in by id). The socket's query string
+    names the page it serves (see `live.render_push`)."""
 
     groups = [control.STATUS, control.PENDING]
 
@@ -29,7 +34,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def _push(self, event: dict) -> None:
         from .live import render_push
 
-        html = await render_push(event, self.scope)
+        try:
+            html = await render_push(event, self.scope)
+        except Exception:
+            # A push that can't be rendered must not close the socket: the page's next
+            # resync (or its polling fallback) catches up.
+            log.exception("live push failed for %s", event.get("type"))
+            return
         if html:
             await self.send(text_data=html)
 
@@ -42,29 +53,21 @@ class SupervisorConsumer(AsyncConsumer):
     supervisor spawns a task, so no handler awaits MCP."""
 
     async def config_changed(self, message: dict) -> None:
-        from .supervisor import current
-
-        sup = current()
+        sup = control.local_supervisor
         if sup is not None:
             sup.request_rescan()
 
     async def call_run(self, message: dict) -> None:
-        from .supervisor import current
-
-        sup = current()
+        sup = control.local_supervisor
         if sup is not None:
             sup.spawn_call(message["call_id"])
 
     async def call_cancel(self, message: dict) -> None:
-        from .supervisor import current
-
-        sup = current()
+        sup = control.local_supervisor
         if sup is not None:
             sup.cancel_call(message["call_id"])
 
     async def servers_reconnect(self, message: dict) -> None:
-        from .supervisor import current
-
-        sup = current()
+        sup = control.local_supervisor
         if sup is not None:
             sup.spawn_reconnect(message.get("names"), message.get("reply"))

@@ -13,6 +13,7 @@ import uuid
 from asgiref.sync import async_to_sync
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.db.models.functions import Substr
 from django.http import Http404, HttpRequest, HttpResponse
@@ -60,8 +61,15 @@ def _get_server_or_404(name: str) -> Server:
     return server
 
 
-def _fragment(request: HttpRequest, template: str, context: dict, *, oob: tuple[str, ...] = (),
-              badge: bool = False, notes: bool = True) -> HttpResponse:
+def _fragment(
+    request: HttpRequest,
+    template: str,
+    context: dict,
+    *,
+    oob: tuple[str, ...] = (),
+    badge: bool = False,
+    notes: bool = True,
+) -> HttpResponse:
     """An htmx answer: the fragment, then out-of-band extras (other fragments, the badge, the
     messages of the action)."""
     html = render_to_string(template, context, request)
@@ -165,13 +173,20 @@ def _trust_context(server: Server) -> dict:
 def server_detail(request: HttpRequest, name: str) -> HttpResponse:
     server = _get_server_or_404(name)
     if request.htmx:
-        return render(request, "mcpcore/server_detail.html#server-status",
-                      {"server": server, "page_sig": request.GET.get("sig", "")})
+        return render(
+            request,
+            "mcpcore/server_detail.html#server-status",
+            {"server": server, "page_sig": request.GET.get("sig", "")},
+        )
     context = _trust_context(server)
     context.update(
         tools=[
-            {"tool": t, "schema": pretty(t.input_schema), "fields": schema_fields(t.input_schema),
-             "annotations": pretty(t.annotations) if t.annotations else ""}
+            {
+                "tool": t,
+                "schema": pretty(t.input_schema),
+                "fields": schema_fields(t.input_schema),
+                "annotations": pretty(t.annotations) if t.annotations else "",
+            }
             for t in (row["tool"] for row in context["trust_tools"])
         ],
         config=mask_config(server.config),
@@ -196,15 +211,24 @@ def server_trust(request: HttpRequest, name: str) -> HttpResponse:
     try:
         now = files.replace_allow_prefix(server.prefix, entries)
     except files.ConfigFileError as exc:
-        messages.error(request, f"{exc} (fix the file first; it was not changed)")
+        note, ok = f"{exc} (fix the file first; it was not changed)", False
     else:
-        if now == [f"{server.prefix}*"]:
-            messages.success(request, f"Saved: every tool of {server.name} runs without asking.")
-        else:
-            messages.success(request, f"Saved: {len(now)} tool(s) of {server.name} run without asking.")
+        note, ok = _trust_message(server.name, server.prefix, now), True
     if request.htmx:
-        return _fragment(request, "mcpcore/server_detail.html#trust-editor", _trust_context(server))
+        # Said beside the Save button: the page's message area may be scrolled out of sight.
+        context = {**_trust_context(server), "trust_note": note, "trust_ok": ok}
+        return render(request, "mcpcore/server_detail.html#trust-editor", context)
+    (messages.success if ok else messages.error)(request, note)
     return redirect("server-detail", server.name)
+
+
+def _trust_message(name: str, prefix: str, entries: list[str]) -> str:
+    if entries == [f"{prefix}*"]:
+        return f"Saved: every tool of {name} runs without asking."
+    if not entries:
+        return f"Saved: every tool of {name} waits for a person."
+    n = len(entries)
+    return f"Saved: {n} tool{'s' if n != 1 else ''} of {name} run{'s' if n == 1 else ''} without asking."
 
 
 def _save_server(name: str, config: dict, creating: bool) -> None:
@@ -229,7 +253,7 @@ def _save_server(name: str, config: dict, creating: bool) -> None:
 @login_required
 @require_http_methods(["GET", "HEAD", "POST"])
 def server_add(request: HttpRequest) -> HttpResponse:
-    form = ServerForm(request.POST or None)
+    form = ServerForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         name = form.cleaned_data["name"]
         try:
@@ -239,8 +263,12 @@ def server_add(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Added {name}; it is connecting.")
             return redirect("servers")
-    return render(request, "mcpcore/server_form.html", {"form": form, "creating": True},
-                  status=400 if form.errors else 200)
+    return render(
+        request,
+        "mcpcore/server_form.html",
+        {"form": form, "creating": True},
+        status=400 if form.errors else 200,
+    )
 
 
 @login_required
@@ -248,7 +276,7 @@ def server_add(request: HttpRequest) -> HttpResponse:
 def server_edit(request: HttpRequest, name: str) -> HttpResponse:
     server = _get_server_or_404(name)
     initial = ServerForm.initial_from(server.name, server.config)
-    form = ServerForm(request.POST or None, initial=initial, editing=True)
+    form = ServerForm(request.POST if request.method == "POST" else None, initial=initial, editing=True)
     if request.method == "POST" and form.is_valid():
         try:
             _save_server(server.name, form.config, creating=False)
@@ -257,9 +285,12 @@ def server_edit(request: HttpRequest, name: str) -> HttpResponse:
         else:
             messages.success(request, f"Saved {server.name}.")
             return redirect("server-detail", server.name)
-    return render(request, "mcpcore/server_form.html",
-                  {"form": form, "server": server, "creating": False},
-                  status=400 if form.errors else 200)
+    return render(
+        request,
+        "mcpcore/server_form.html",
+        {"form": form, "server": server, "creating": False},
+        status=400 if form.errors else 200,
+    )
 
 
 @login_required
@@ -303,8 +334,11 @@ def server_enable(request: HttpRequest, name: str, enabled: bool) -> HttpRespons
 
 
 def _reconnect_message(outcome: dict[str, str]) -> str:
-    return "Reconnect: " + "; ".join(f"{n}: {o}" for n, o in outcome.items()) if outcome else \
-        "Reconnect: there are no servers."
+    return (
+        "Reconnect: " + "; ".join(f"{n}: {o}" for n, o in outcome.items())
+        if outcome
+        else "Reconnect: there are no servers."
+    )
 
 
 @login_required
@@ -333,14 +367,14 @@ def server_import(request: HttpRequest) -> HttpResponse:
             count = files.import_servers(servers)
         except files.ConfigFileError as exc:
             messages.error(request, f"{exc} (fix the file first; it was not changed)")
-        except Exception as exc:  # a ValidationError from a tampered payload
-            messages.error(request, "; ".join(getattr(exc, "messages", [str(exc)])))
+        except ValidationError as exc:  # a payload edited between preview and confirm
+            messages.error(request, "; ".join(exc.messages))
         else:
             control.config_changed()
             messages.success(request, f"Imported {count} server{'s' if count != 1 else ''}.")
             return redirect("servers")
         return redirect("server-import")
-    form = ImportForm(request.POST or None, request.FILES or None)
+    form = ImportForm(request.POST if request.method == "POST" else None, request.FILES or None)
     preview = None
     if request.method == "POST" and form.is_valid():
         existing = set(Server.objects.values_list("name", flat=True))
@@ -348,8 +382,14 @@ def server_import(request: HttpRequest) -> HttpResponse:
             "rows": [_preview_row(n, c, n in existing) for n, c in sorted(form.servers.items())],
             "payload": json.dumps({"servers": form.servers}),
         }
-    return render(request, "mcpcore/server_import.html", {"form": form, "preview": preview},
-                  status=400 if form.errors else 200)
+    response = render(
+        request,
+        "mcpcore/server_import.html",
+        {"form": form, "preview": preview},
+        status=400 if form.errors else 200,
+    )
+    response["Cache-Control"] = "no-store"  # the preview carries the file's secrets
+    return response
 
 
 def _preview_row(name: str, config: dict, exists: bool) -> dict:
@@ -379,8 +419,9 @@ def tool_try(request: HttpRequest, name: str) -> HttpResponse:
     error, call = "", None
     try:
         args = arguments_from(tool.input_schema, request.POST)
-        call = calls.create(None, request.user.get_username(), tool.registered_name, args,
-                            session_id, "confirm")
+        call = calls.create(
+            None, request.user.get_username(), tool.registered_name, args, session_id, "confirm"
+        )
     except ValueError as exc:
         error = str(exc)
     except calls.CallError as exc:
@@ -393,10 +434,10 @@ def tool_try(request: HttpRequest, name: str) -> HttpResponse:
             async_to_sync(calls.announce)(str(call.id))
     if request.htmx:
         if error:
-            return _fragment(request, "mcpcore/server_detail.html#try-error",
-                             {"error": error, "slot": tool.position})
-        return _fragment(request, "mcpcore/call_detail.html#call-result", _result_context(call),
-                         badge=True)
+            return _fragment(
+                request, "mcpcore/server_detail.html#try-error", {"error": error, "slot": tool.position}
+            )
+        return _fragment(request, "mcpcore/call_detail.html#call-result", _result_context(call), badge=True)
     if error:
         messages.error(request, f"{tool.tool_name}: {error}")
         return redirect("server-detail", server.name)
@@ -415,8 +456,13 @@ def _allowances() -> list[SessionAllowance]:
 def pending(request: HttpRequest) -> HttpResponse:
     context = live.pending_context(live.pending_calls())
     if request.htmx:
-        return _fragment(request, "mcpcore/pending_list.html#pending-list", context, notes=False,
-                         oob=("base.html#pending-badge",))
+        return _fragment(
+            request,
+            "mcpcore/pending_list.html#pending-list",
+            context,
+            notes=False,
+            oob=("base.html#pending-badge",),
+        )
     context.update(allowances=_allowances(), live_page="pending")
     return render(request, "mcpcore/pending_list.html", context)
 
@@ -431,8 +477,7 @@ def pending_reply(request: HttpRequest, confirm_id: str) -> HttpResponse:
     else:
         body = form.body()
         try:
-            call = calls.reply(form.cleaned_data["session_id"], confirm_id, body,
-                               request.user.get_username())
+            call = calls.reply(form.cleaned_data["session_id"], confirm_id, body, request.user.get_username())
         except calls.CallError as exc:
             messages.error(request, f"Not applied: {exc.message}.")
         else:
@@ -442,8 +487,12 @@ def pending_reply(request: HttpRequest, confirm_id: str) -> HttpResponse:
             messages.success(request, _reply_message(call))
     if request.htmx:
         context = {**live.pending_context(live.pending_calls()), "allowances": _allowances()}
-        return _fragment(request, "mcpcore/pending_list.html#pending-list", context,
-                         oob=("base.html#pending-badge", "mcpcore/pending_list.html#allowances"))
+        return _fragment(
+            request,
+            "mcpcore/pending_list.html#pending-list",
+            context,
+            oob=("base.html#pending-badge", "mcpcore/pending_list.html#allowances"),
+        )
     return redirect("pending")
 
 
@@ -515,8 +564,19 @@ def _history_page(rows, before, after) -> dict:
 def _history_row(call: ToolCall) -> dict:
     head = call.result_head or ""
     complete = len(head) < RESULT_HEAD
-    return {"call": call, "args": pretty(call.arguments), "result": result_view(head, complete),
-            "complete": complete}
+    return {
+        "call": call,
+        "args": pretty(call.arguments),
+        "result": result_view(head, complete),
+        "complete": complete,
+        "took": took(call.duration),
+    }
+
+
+def took(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 @login_required
@@ -545,7 +605,11 @@ def history(request: HttpRequest) -> HttpResponse:
 
 
 def _result_context(call: ToolCall) -> dict:
-    return {"call": call, "result": result_view(call.result) if call.ended else None}
+    return {
+        "call": call,
+        "result": result_view(call.result) if call.ended else None,
+        "took": took(call.duration),
+    }
 
 
 @login_required
@@ -556,16 +620,26 @@ def call_detail(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
     if request.htmx:
         return render(request, "mcpcore/call_detail.html#call-result", context)
     raw = call.raw_result if call.raw_result and call.raw_result != call.result else ""
-    context.update(args=pretty(call.arguments), raw=result_view(raw) if raw else None,
-                   raw_size=len(raw.encode()) if raw else 0)
+    context.update(
+        args=pretty(call.arguments),
+        raw=result_view(raw) if raw else None,
+        raw_size=len(raw.encode()) if raw else 0,
+    )
     return render(request, "mcpcore/call_detail.html", context)
 
 
 # --- API tokens -------------------------------------------------------------------------------
 
 
+def _token_rows() -> list[ApiToken]:
+    rows = list(ApiToken.objects.all())
+    for row in rows:
+        row.used_ago = live.ago(row.last_used_at) or "never"
+    return rows
+
+
 def _tokens_page(request: HttpRequest, form: TokenForm, new: dict | None, status: int = 200) -> HttpResponse:
-    context = {"tokens": ApiToken.objects.all(), "form": form, "new": new}
+    context = {"tokens": _token_rows(), "form": form, "new": new}
     response = render(request, "mcpcore/token_list.html", context, status=status)
     response["Cache-Control"] = "no-store"
     return response
@@ -575,7 +649,7 @@ def _tokens_page(request: HttpRequest, form: TokenForm, new: dict | None, status
 @require_safe
 def tokens(request: HttpRequest) -> HttpResponse:
     if request.htmx:
-        return render(request, "mcpcore/token_list.html#token-list", {"tokens": ApiToken.objects.all()})
+        return render(request, "mcpcore/token_list.html#token-list", {"tokens": _token_rows()})
     return _tokens_page(request, TokenForm(), None)
 
 
@@ -597,5 +671,5 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     if ApiToken.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
         messages.success(request, f"Revoked token {row.name}.")
     if request.htmx:
-        return _fragment(request, "mcpcore/token_list.html#token-list", {"tokens": ApiToken.objects.all()})
+        return _fragment(request, "mcpcore/token_list.html#token-list", {"tokens": _token_rows()})
     return redirect("tokens")

@@ -1,0 +1,298 @@
+"""Forms of the browser console: server add/edit, import, tokens, replies, history filters, and
+the "try it" arguments built from a tool's input schema. Validation of a server config is the
+API's own (`_clean_server_config`), so the UI and `/v1` accept exactly the same servers."""
+
+import json
+
+from django import forms
+
+from . import files, names
+from .api.auth import ApiError
+from .api.views import _clean_server_config
+from .models import SECRET_MASK, ToolCall
+
+TRANSPORT_CHOICES = [
+    ("stdio", "stdio (a command)"),
+    ("streamable-http", "HTTP (streamable)"),
+    ("sse", "SSE (legacy HTTP)"),
+]
+
+
+def parse_pairs(text: str, sep: str, what: str) -> dict[str, str]:
+    """`KEY<sep>VALUE` lines into a dict; blank lines are skipped. An empty value means "keep
+    the stored one" (the secret mask), which on a new server is simply empty."""
+    pairs: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        key, found, value = line.partition(sep)
+        key = key.strip()
+        if not found or not key:
+            raise forms.ValidationError(f"line {number}: expected {what}")
+        value = value.strip()
+        pairs[key] = value if value else SECRET_MASK
+    return pairs
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+class ServerForm(forms.Form):
+    """One server of mcp.json. Secret values (env, headers) are write-only: the edit form shows
+    the keys with empty values, and an empty value keeps what is stored."""
+
+    name = forms.CharField(max_length=64, help_text="Letters, digits, - and _ (no __).")
+    transport = forms.ChoiceField(choices=TRANSPORT_CHOICES, initial="stdio")
+    command = forms.CharField(required=False)
+    args = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "wrap": "off"}),
+        help_text="One argument per line.",
+    )
+    env = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "wrap": "off"}),
+        help_text="KEY=VALUE, one per line.",
+    )
+    url = forms.CharField(required=False, label="URL")
+    headers = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "wrap": "off"}),
+        help_text="Name: value, one per line.",
+    )
+    timeout = forms.FloatField(
+        required=False, min_value=1, label="Call timeout (seconds)", help_text="Empty: the console's default."
+    )
+    disabled = forms.BooleanField(required=False, help_text="Kept in mcp.json but not connected.")
+
+    def __init__(self, *args, editing: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.editing = editing
+        if editing:
+            self.fields["name"].disabled = True
+            for key in ("env", "headers"):
+                self.fields[key].help_text += " Values are not shown: leave one empty to keep it."
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        problem = names.server_name_problem(name)
+        if problem:
+            raise forms.ValidationError(f"invalid server name: {problem}")
+        return name
+
+    def clean_env(self) -> dict[str, str]:
+        return parse_pairs(self.cleaned_data["env"], "=", "KEY=VALUE")
+
+    def clean_headers(self) -> dict[str, str]:
+        return parse_pairs(self.cleaned_data["headers"], ":", "Name: value")
+
+    def clean(self) -> dict:
+        data = super().clean()
+        transport = data.get("transport")
+        if transport == "stdio" and not (data.get("command") or "").strip():
+            self.add_error("command", "A stdio server needs a command.")
+        elif transport in ("streamable-http", "sse") and not (data.get("url") or "").strip():
+            self.add_error("url", "An HTTP server needs a URL.")
+        if not self.errors:
+            try:
+                self.config = _clean_server_config(self._config(data))
+            except ApiError as exc:
+                raise forms.ValidationError(exc.message) from None
+        return data
+
+    @staticmethod
+    def _config(data: dict) -> dict:
+        transport = data["transport"]
+        config: dict = {"type": transport}
+        if transport == "stdio":
+            config["command"] = data["command"].strip()
+            args = _lines(data.get("args") or "")
+            if args:
+                config["args"] = args
+            if data.get("env"):
+                config["env"] = data["env"]
+        else:
+            config["url"] = data["url"].strip()
+            if data.get("headers"):
+                config["headers"] = data["headers"]
+        if data.get("timeout"):
+            timeout = data["timeout"]
+            config["timeout"] = int(timeout) if timeout == int(timeout) else timeout
+        if data.get("disabled"):
+            config["disabled"] = True
+        return config
+
+    @staticmethod
+    def initial_from(name: str, config: dict) -> dict:
+        """Initial values for editing: secret values never leave the server."""
+        env = config.get("env") if isinstance(config.get("env"), dict) else {}
+        headers = config.get("headers") if isinstance(config.get("headers"), dict) else {}
+        args = config.get("args") if isinstance(config.get("args"), list) else []
+        from .models import transport_of
+
+        return {
+            "name": name,
+            "transport": transport_of(config) or "stdio",
+            "command": config.get("command") or "",
+            "args": "\n".join(str(a) for a in args),
+            "env": "".join(f"{k}=\n" for k in env),
+            "url": config.get("url") or "",
+            "headers": "".join(f"{k}: \n" for k in headers),
+            "timeout": config.get("timeout"),
+            "disabled": bool(config.get("disabled")),
+        }
+
+
+class ImportForm(forms.Form):
+    """An `mcpServers` / `servers` JSON document, uploaded or pasted."""
+
+    file = forms.FileField(required=False, label="JSON file")
+    text = forms.CharField(
+        required=False, label="…or paste the JSON", widget=forms.Textarea(attrs={"rows": 8})
+    )
+
+    MAX_BYTES = 1_048_576
+
+    def clean(self) -> dict:
+        data = super().clean()
+        upload = data.get("file")
+        if upload is not None:
+            if upload.size > self.MAX_BYTES:
+                raise forms.ValidationError("the file is larger than 1 MiB")
+            raw = upload.read()
+        else:
+            raw = (data.get("text") or "").encode()
+        if not raw.strip():
+            raise forms.ValidationError("choose a file or paste the JSON")
+        self.servers = servers_from_json(raw)
+        return data
+
+
+def servers_from_json(raw: bytes | str) -> dict[str, dict]:
+    """The servers of an import document, each checked like a server posted to the API."""
+    try:
+        document = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise forms.ValidationError(f"not valid JSON: {exc}") from None
+    try:
+        servers = files.import_shape(document)
+    except files.ConfigFileError as exc:
+        raise forms.ValidationError(str(exc)) from None
+    out = {}
+    for name, config in servers.items():
+        try:
+            out[name] = _clean_server_config(config)
+        except ApiError as exc:
+            raise forms.ValidationError(f"server {name}: {exc.message}") from None
+    return out
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    may_auto = forms.BooleanField(required=False, initial=True, label="May use auto mode")
+
+
+REPLIES = {
+    "approve": {"approve": True},
+    "remember": {"approve": True, "remember": True},
+    "session": {"approve": True, "allow_turn": True},
+    "deny": {"approve": False},
+}
+
+
+class ReplyForm(forms.Form):
+    """A person's answer to a pending confirmation, as the body `calls.reply` takes."""
+
+    session_id = forms.CharField(max_length=200)
+    action = forms.ChoiceField(choices=[(k, k) for k in REPLIES])
+    reason = forms.CharField(required=False, max_length=2000)
+
+    def body(self) -> dict:
+        body = dict(REPLIES[self.cleaned_data["action"]])
+        if self.cleaned_data["action"] == "deny" and self.cleaned_data["reason"].strip():
+            body["reason"] = self.cleaned_data["reason"].strip()
+        return body
+
+
+class HistoryFilter(forms.Form):
+    server = forms.CharField(required=False)
+    tool = forms.CharField(required=False)
+    status = forms.ChoiceField(required=False, choices=[("", "any status"), *ToolCall.STATUSES])
+    session = forms.CharField(required=False, max_length=200)
+
+
+# --- "try it": arguments from a tool's input schema ---------------------------------------------
+
+SIMPLE_TYPES = ("string", "number", "integer", "boolean")
+
+
+def schema_fields(schema: dict) -> list[dict]:
+    """One input per top-level property: simple ones get a typed input, the rest a JSON box."""
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(props, dict):
+        return []
+    required = set(schema.get("required") or [])
+    fields = []
+    for key, spec in props.items():
+        spec = spec if isinstance(spec, dict) else {}
+        kind = spec.get("type")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), None)
+        enum = spec.get("enum") if isinstance(spec.get("enum"), list) else None
+        fields.append(
+            {
+                "key": key,
+                "input": f"arg:{key}",
+                "kind": kind if kind in SIMPLE_TYPES else "json",
+                "enum": [str(v) for v in enum] if enum and kind == "string" else None,
+                "required": key in required,
+                "description": spec.get("description") or "",
+                "default": spec.get("default"),
+            }
+        )
+    return fields
+
+
+def arguments_from(schema: dict, post) -> dict:
+    """The call's arguments from the try-it form; the raw JSON box wins when filled in.
+    Raises ValueError with a message for the person."""
+    raw = (post.get("raw_json") or "").strip()
+    if raw:
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(f"arguments are not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise ValueError("arguments must be a JSON object")
+        return value
+    args: dict = {}
+    for field in schema_fields(schema):
+        text = post.get(field["input"], "")
+        if text == "":
+            continue
+        args[field["key"]] = _convert(field, text)
+    return args
+
+
+def _convert(field: dict, text: str):
+    kind, key = field["kind"], field["key"]
+    if kind == "string":
+        return text
+    if kind == "boolean":
+        return text == "true"
+    if kind == "integer":
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{key} must be a whole number") from None
+    if kind == "number":
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"{key} must be a number") from None
+        return int(number) if number.is_integer() and "." not in text else number
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ValueError(f"{key} must be JSON") from None
