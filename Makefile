@@ -12,7 +12,7 @@ run: setup
 	$(PY) manage.py serve --host 127.0.0.1 --port 8000
 
 test: setup setup-test
-	$(PY) -m pytest -q -m "not e2e and not scaleout"
+	$(PY) -m pytest -q
 	$(PY) -m pytest -q -m e2e
 	$(PY) -m pytest -q -m scaleout
 

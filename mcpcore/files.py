@@ -205,6 +205,17 @@ def replace_allow_prefix(prefix: str, entries: list[str]) -> list[str]:
     return allowlist.entries_for(updated, prefix)
 
 
+def current_allow() -> list[str]:
+    """The allow-list now: the file is the truth; the mirrored table answers when the file
+    can't be read."""
+    from .models import AllowEntry
+
+    try:
+        return read_allow_tool()
+    except ConfigFileError:
+        return list(AllowEntry.objects.values_list("entry", flat=True))
+
+
 def add_allow_entry(entry: str) -> None:
     """Add one exact entry (approve and remember), leaving every other line alone."""
     path = path_of(ALLOW_TOOL)

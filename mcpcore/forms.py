@@ -1,14 +1,12 @@
 """Forms of the browser console: server add/edit, import, tokens, replies, history filters, and
 the "try it" arguments built from a tool's input schema. Validation of a server config is the
-API's own (`_clean_server_config`), so the UI and `/v1` accept exactly the same servers."""
+API's own (`serverconfig.clean_config`), so the UI and `/v1` accept exactly the same servers."""
 
 import json
 
 from django import forms
 
-from . import files, names
-from .api.auth import ApiError
-from .api.views import _clean_server_config
+from . import files, names, serverconfig
 from .models import SECRET_MASK, ToolCall
 
 TRANSPORT_CHOICES = [
@@ -96,9 +94,9 @@ class ServerForm(forms.Form):
             self.add_error("url", "An HTTP server needs a URL.")
         if not self.errors:
             try:
-                self.config = _clean_server_config(self._config(data))
-            except ApiError as exc:
-                raise forms.ValidationError(exc.message) from None
+                self.config = serverconfig.clean_config(self._config(data))
+            except serverconfig.ServerConfigError as exc:
+                raise forms.ValidationError(str(exc)) from None
         return data
 
     @staticmethod
@@ -176,15 +174,15 @@ def servers_from_json(raw: bytes | str) -> dict[str, dict]:
     except (ValueError, UnicodeDecodeError) as exc:
         raise forms.ValidationError(f"not valid JSON: {exc}") from None
     try:
-        servers = files.import_shape(document)
+        found = files.import_shape(document)
     except files.ConfigFileError as exc:
         raise forms.ValidationError(str(exc)) from None
     out = {}
-    for name, config in servers.items():
+    for name, config in found.items():
         try:
-            out[name] = _clean_server_config(config)
-        except ApiError as exc:
-            raise forms.ValidationError(f"server {name}: {exc.message}") from None
+            out[name] = serverconfig.clean_config(config)
+        except serverconfig.ServerConfigError as exc:
+            raise forms.ValidationError(f"server {name}: {exc}") from None
     return out
 
 

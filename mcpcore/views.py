@@ -23,8 +23,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from . import allowlist, calls, control, files, live
-from .api.views import _KNOWN_KEYS
+from . import allowlist, calls, control, files, live, serverconfig
 from .forms import (
     HistoryFilter,
     ImportForm,
@@ -36,7 +35,6 @@ from .forms import (
     servers_from_json,
 )
 from .models import (
-    AllowEntry,
     ApiToken,
     Server,
     SessionAllowance,
@@ -44,7 +42,6 @@ from .models import (
     ToolCall,
     mask_config,
     transport_of,
-    unmask_config,
 )
 
 PAGE_SIZE = 50
@@ -93,14 +90,6 @@ def _back(request: HttpRequest, default: str, *args) -> HttpResponse:
 def _file_problems() -> list[tuple[str, str]]:
     found = [(n, files.file_problem(n)) for n in (files.MCP_JSON, files.ALLOW_TOOL)]
     return [(n, p) for n, p in found if p]
-
-
-def _current_allow() -> list[str]:
-    """The file is the truth; the mirrored table answers when the file can't be read."""
-    try:
-        return files.read_allow_tool()
-    except files.ConfigFileError:
-        return list(AllowEntry.objects.values_list("entry", flat=True))
 
 
 def pretty(value) -> str:
@@ -154,7 +143,7 @@ def servers(request: HttpRequest) -> HttpResponse:
 
 
 def _trust_context(server: Server) -> dict:
-    entries = _current_allow()
+    entries = files.current_allow()
     match = allowlist.Matcher(entries)
     own = allowlist.entries_for(entries, server.prefix)
     tools = list(server.tools.order_by("position", "tool_name"))
@@ -231,25 +220,6 @@ def _trust_message(name: str, prefix: str, entries: list[str]) -> str:
     return f"Saved: {n} tool{'s' if n != 1 else ''} of {name} run{'s' if n == 1 else ''} without asking."
 
 
-def _save_server(name: str, config: dict, creating: bool) -> None:
-    """Write one server into mcp.json as `POST /v1/mcp` does: masked secrets keep their stored
-    value, keys the console doesn't know survive an edit."""
-
-    def mutate(servers: dict) -> None:
-        old = servers.get(name)
-        if creating and old is not None:
-            raise files.ConfigFileError(f"a server named {name} already exists")
-        if not creating and old is None:
-            raise files.ConfigFileError(f"server {name} is no longer in mcp.json")
-        merged = unmask_config(config, old)
-        if isinstance(old, dict):
-            merged = {**{k: v for k, v in old.items() if k not in _KNOWN_KEYS}, **merged}
-        servers[name] = merged
-
-    files.update_servers(mutate)
-    control.config_changed()
-
-
 @login_required
 @require_http_methods(["GET", "HEAD", "POST"])
 def server_add(request: HttpRequest) -> HttpResponse:
@@ -257,7 +227,7 @@ def server_add(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         name = form.cleaned_data["name"]
         try:
-            _save_server(name, form.config, creating=True)
+            serverconfig.save(name, form.config, creating=True)
         except files.ConfigFileError as exc:
             form.add_error(None, str(exc))
         else:
@@ -279,7 +249,7 @@ def server_edit(request: HttpRequest, name: str) -> HttpResponse:
     form = ServerForm(request.POST if request.method == "POST" else None, initial=initial, editing=True)
     if request.method == "POST" and form.is_valid():
         try:
-            _save_server(server.name, form.config, creating=False)
+            serverconfig.save(server.name, form.config, creating=False)
         except files.ConfigFileError as exc:
             form.add_error(None, str(exc))
         else:
@@ -298,11 +268,10 @@ def server_edit(request: HttpRequest, name: str) -> HttpResponse:
 def server_remove(request: HttpRequest, name: str) -> HttpResponse:
     server = _get_server_or_404(name)
     try:
-        found = files.update_servers(lambda servers: servers.pop(server.name, None) is not None)
+        found = serverconfig.remove(server.name)
     except files.ConfigFileError as exc:
         messages.error(request, f"{exc} (fix the file first; it was not changed)")
         return redirect("server-detail", server.name)
-    control.config_changed()
     if found:
         messages.success(request, f"Removed {server.name}.")
     return redirect("servers")
@@ -313,20 +282,11 @@ def server_remove(request: HttpRequest, name: str) -> HttpResponse:
 def server_enable(request: HttpRequest, name: str, enabled: bool) -> HttpResponse:
     server = _get_server_or_404(name)
 
-    def mutate(servers: dict) -> None:
-        config = servers.get(server.name)
-        if isinstance(config, dict):
-            if enabled:
-                config.pop("disabled", None)
-            else:
-                config["disabled"] = True
-
     try:
-        files.update_servers(mutate)
+        serverconfig.set_enabled(server.name, enabled)
     except files.ConfigFileError as exc:
         messages.error(request, f"{exc} (fix the file first; it was not changed)")
     else:
-        control.config_changed()
         messages.success(request, f"{'Enabled' if enabled else 'Disabled'} {server.name}.")
     if request.htmx:
         return _fragment(request, "mcpcore/server_list.html#server-rows", {"servers": live.server_rows()})
@@ -364,13 +324,12 @@ def server_import(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and request.POST.get("confirm"):
         try:
             servers = servers_from_json(request.POST.get("payload", ""))
-            count = files.import_servers(servers)
+            count = serverconfig.import_all(servers)
         except files.ConfigFileError as exc:
             messages.error(request, f"{exc} (fix the file first; it was not changed)")
         except ValidationError as exc:  # a payload edited between preview and confirm
             messages.error(request, "; ".join(exc.messages))
         else:
-            control.config_changed()
             messages.success(request, f"Imported {count} server{'s' if count != 1 else ''}.")
             return redirect("servers")
         return redirect("server-import")

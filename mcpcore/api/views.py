@@ -4,8 +4,8 @@ import asyncio
 
 from django.http import HttpRequest, JsonResponse
 
-from .. import allowlist, control, db, files, names
-from ..models import Server, Tool, mask_config, unmask_config
+from .. import allowlist, control, db, files, names, serverconfig
+from ..models import Server, Tool, mask_config
 from .auth import ApiError, api_view, json_body
 
 
@@ -23,8 +23,8 @@ def _file_error(exc: files.ConfigFileError) -> ApiError:
 @api_view(("GET", "POST"))
 def mcp_servers(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":
-        servers = {s.name: mask_config(s.config) for s in Server.objects.all()}
-        return JsonResponse({"servers": servers})
+        listing = {s.name: mask_config(s.config) for s in Server.objects.all()}
+        return JsonResponse({"servers": listing})
     body = json_body(request)
     name = _name_from(body)
     problem = names.server_name_problem(name)
@@ -33,73 +33,24 @@ def mcp_servers(request: HttpRequest) -> JsonResponse:
     config = body.get("server")
     if not isinstance(config, dict):
         raise ApiError("server.command or server.url is required")
-    config = _clean_server_config(config)
-
-    def mutate(servers: dict) -> None:
-        old = servers.get(name)
-        merged = unmask_config(config, old)
-        # Unknown keys someone else wrote on this server survive an edit through the API.
-        if isinstance(old, dict):
-            merged = {**{k: v for k, v in old.items() if k not in _KNOWN_KEYS}, **merged}
-        servers[name] = merged
-
     try:
-        files.update_servers(mutate)
+        serverconfig.save(name, serverconfig.clean_config(config))
+    except serverconfig.ServerConfigError as exc:
+        raise ApiError(str(exc)) from None
     except files.ConfigFileError as exc:
         raise _file_error(exc) from None
-    control.config_changed()
     return JsonResponse({"ok": True})
-
-
-_KNOWN_KEYS = {"command", "args", "env", "url", "headers", "type", "disabled", "timeout"}
-
-
-def _clean_server_config(config: dict) -> dict:
-    """Validate a posted server config; the messages are the API's contract."""
-    command, url = config.get("command"), config.get("url")
-    has_command = isinstance(command, str) and command.strip() != ""
-    has_url = isinstance(url, str) and url.strip() != ""
-    if not (has_command or has_url):
-        raise ApiError("server.command or server.url is required")
-    if "args" in config and not (
-        isinstance(config["args"], list) and all(isinstance(a, str) for a in config["args"])
-    ):
-        raise ApiError("server.args must be a list of strings")
-    for key in ("env", "headers"):
-        if key in config and not (
-            isinstance(config[key], dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in config[key].items())
-        ):
-            raise ApiError(f"server.{key} must be an object of strings")
-    if "type" in config and config["type"] not in ("stdio", "streamable-http", "sse", "http"):
-        raise ApiError("server.type must be stdio, streamable-http or sse")
-    if config.get("type") == "http":
-        config = {**config, "type": "streamable-http"}
-    if "disabled" in config and not isinstance(config["disabled"], bool):
-        raise ApiError("server.disabled must be true or false")
-    if "timeout" in config and not (
-        isinstance(config["timeout"], (int, float))
-        and not isinstance(config["timeout"], bool)
-        and config["timeout"] >= 1
-    ):
-        raise ApiError("server.timeout must be a number of seconds, at least 1")
-    return config
 
 
 @api_view(("POST",))
 def mcp_remove(request: HttpRequest) -> JsonResponse:
     name = _name_from(json_body(request))
-
-    def mutate(servers: dict) -> bool:
-        return servers.pop(name, None) is not None
-
     try:
-        found = files.update_servers(mutate)
+        found = serverconfig.remove(name)
     except files.ConfigFileError as exc:
         raise _file_error(exc) from None
     if not found:
         raise ApiError("server not found", 404)
-    control.config_changed()
     return JsonResponse({"ok": True})
 
 
@@ -107,7 +58,7 @@ def mcp_remove(request: HttpRequest) -> JsonResponse:
 def allowlist_view(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":
         prefix = request.GET.get("prefix", "")
-        entries = _current_allow()
+        entries = files.current_allow()
         return JsonResponse({"tool": {"entries": allowlist.entries_for(entries, prefix)}})
     body = json_body(request)
     block = body.get("tool")
@@ -125,16 +76,6 @@ def allowlist_view(request: HttpRequest) -> JsonResponse:
     except files.ConfigFileError as exc:
         raise _file_error(exc) from None
     return JsonResponse({"ok": True, "tool": {"entries": now}})
-
-
-def _current_allow() -> list[str]:
-    """The file is the truth; the mirrored table answers when the file can't be read."""
-    from ..models import AllowEntry
-
-    try:
-        return files.read_allow_tool()
-    except files.ConfigFileError:
-        return list(AllowEntry.objects.values_list("entry", flat=True))
 
 
 @api_view(("GET",))
@@ -155,8 +96,8 @@ def not_found(request: HttpRequest, rest: str) -> JsonResponse:
 def mcp_status(request: HttpRequest) -> JsonResponse:
     from django.db.models import Count
 
-    servers = Server.objects.annotate(n=Count("tools")).order_by("name")
-    return JsonResponse({"servers": [s.to_status(s.n) for s in servers]})
+    rows = Server.objects.annotate(n=Count("tools")).order_by("name")
+    return JsonResponse({"servers": [s.to_status(s.n) for s in rows]})
 
 
 @api_view(("GET",))

@@ -40,6 +40,7 @@ class Supervisor:
         self.sessions: dict[str, ServerSession] = {}
         self.calls: dict[str, asyncio.Task] = {}
         self._signatures: dict[str, str] = {}
+        self._known: dict[str, str] | None = None
         self._rescan = asyncio.Event()
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -174,7 +175,8 @@ class Supervisor:
 
     async def _tick(self) -> None:
         changed = await db.run(self._watcher.check)
-        owned, wanted_config, share = await db.run(self._leases)
+        owned, wanted_config, share, every = await db.run(self._leases)
+        await self._announce_list_changes(every)
         if len(owned) > share:
             owned = await self._hand_over(owned, len(owned) - share)
         for name in list(self.sessions):
@@ -232,7 +234,15 @@ class Supervisor:
                     # The previous owner died holding it: its calls there can't finish.
                     calls.interrupt_for(name, owner)
         hashes = {n: h for n, _o, _e, h in servers}
-        return mine, {n: hashes[n] for n in mine}, share
+        return mine, {n: hashes[n] for n in mine}, share, hashes
+
+    async def _announce_list_changes(self, every: dict[str, str]) -> None:
+        """Servers added, changed or removed (by anyone, through any door) update open pages."""
+        previous, self._known = self._known, every
+        if previous is None:
+            return
+        for name in set(previous) ^ set(every) | {n for n in every if previous.get(n, every[n]) != every[n]}:
+            await control.asend_group(control.STATUS, {"type": "status.changed", "server": name})
 
     async def _hand_over(self, owned: set[str], surplus: int) -> set[str]:
         """Give back servers beyond our fair share (a worker that started first took them

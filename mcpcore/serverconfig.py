@@ -1,0 +1,91 @@
+"""Adding, changing and removing servers in `mcp.json`: one set of rules for `/v1`, the pages
+and imports. Writes go through the locked writer; the supervisors are told afterwards."""
+
+from . import control, files
+from .models import unmask_config
+
+KNOWN_KEYS = {"command", "args", "env", "url", "headers", "type", "disabled", "timeout"}
+
+
+class ServerConfigError(ValueError):
+    """A server config that can't be used; the message is the API's error text."""
+
+
+def clean_config(config: dict) -> dict:
+    """Validate a server config from the API, a form or an import; the messages are the
+    API's contract (SPEC 7)."""
+    command, url = config.get("command"), config.get("url")
+    has_command = isinstance(command, str) and command.strip() != ""
+    has_url = isinstance(url, str) and url.strip() != ""
+    if not (has_command or has_url):
+        raise ServerConfigError("server.command or server.url is required")
+    if "args" in config and not (
+        isinstance(config["args"], list) and all(isinstance(a, str) for a in config["args"])
+    ):
+        raise ServerConfigError("server.args must be a list of strings")
+    for key in ("env", "headers"):
+        if key in config and not (
+            isinstance(config[key], dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in config[key].items())
+        ):
+            raise ServerConfigError(f"server.{key} must be an object of strings")
+    if "type" in config and config["type"] not in ("stdio", "streamable-http", "sse", "http"):
+        raise ServerConfigError("server.type must be stdio, streamable-http or sse")
+    if config.get("type") == "http":
+        config = {**config, "type": "streamable-http"}
+    if "disabled" in config and not isinstance(config["disabled"], bool):
+        raise ServerConfigError("server.disabled must be true or false")
+    if "timeout" in config and not (
+        isinstance(config["timeout"], (int, float))
+        and not isinstance(config["timeout"], bool)
+        and config["timeout"] >= 1
+    ):
+        raise ServerConfigError("server.timeout must be a number of seconds, at least 1")
+    return config
+
+
+def save(name: str, config: dict, creating: bool | None = None) -> None:
+    """Write one server: posted `********` values keep the stored secret, keys written by
+    others on that server survive. `creating` True/False insists the server is new/exists."""
+
+    def mutate(servers: dict) -> None:
+        old = servers.get(name)
+        if creating is True and old is not None:
+            raise files.ConfigFileError(f"a server named {name} already exists")
+        if creating is False and old is None:
+            raise files.ConfigFileError(f"server {name} is no longer in mcp.json")
+        merged = unmask_config(config, old)
+        if isinstance(old, dict):
+            merged = {**{k: v for k, v in old.items() if k not in KNOWN_KEYS}, **merged}
+        servers[name] = merged
+
+    files.update_servers(mutate)
+    control.config_changed()
+
+
+def remove(name: str) -> bool:
+    """Remove a server; False when there was none of that name."""
+    found = files.update_servers(lambda servers: servers.pop(name, None) is not None)
+    if found:
+        control.config_changed()
+    return bool(found)
+
+
+def set_enabled(name: str, enabled: bool) -> None:
+    def mutate(servers: dict) -> None:
+        config = servers.get(name)
+        if isinstance(config, dict):
+            if enabled:
+                config.pop("disabled", None)
+            else:
+                config["disabled"] = True
+
+    files.update_servers(mutate)
+    control.config_changed()
+
+
+def import_all(found: dict[str, dict]) -> int:
+    """Add or replace the imported servers in one locked write; returns how many."""
+    count = files.import_servers(found)
+    control.config_changed()
+    return count
