@@ -1,0 +1,103 @@
+"""1. Call overhead: `POST /v1/mcp/call` (auto, echo over stdio, one client) against a direct
+`mcp` SDK call_tool to the same server script, interleaved in blocks in the same run."""
+
+import asyncio
+import time
+
+from .common import (
+    ECHO_ARGS,
+    Figure,
+    async_http,
+    console,
+    direct_client,
+    echo_body,
+    echo_servers,
+    ms,
+    percentile,
+)
+
+NAME = "overhead"
+CALLS = 500
+BLOCK = 100
+WARMUP = 50
+TARGET_MS = 2.5
+
+
+async def console_calls(http, n: int) -> list[float]:
+    body = echo_body()
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        r = await http.post("/v1/mcp/call", json=body)
+        out.append(time.perf_counter() - t)
+        if r.status_code != 200 or r.json().get("status") != "done":
+            raise RuntimeError(f"call failed: {r.status_code} {r.text[:300]}")
+    return out
+
+
+async def direct_calls(client, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        result = await client.call_tool("echo", ECHO_ARGS)
+        out.append(time.perf_counter() - t)
+        if result.is_error:
+            raise RuntimeError("direct call failed")
+    return out
+
+
+async def floor_calls(http, n: int) -> list[float]:
+    """The thinnest authenticated request: an unknown /v1 path (token lookup, JSON 404)."""
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await http.get("/v1/_bench")
+        out.append(time.perf_counter() - t)
+    return out
+
+
+async def measure(con) -> dict[str, list[float]]:
+    runs = {"console": [], "direct": [], "floor": []}
+    async with async_http(con, 1) as http, direct_client() as client:
+        await console_calls(http, WARMUP)
+        await direct_calls(client, WARMUP)
+        await floor_calls(http, WARMUP)
+        for _ in range(CALLS // BLOCK):  # interleaved, so drift hits both alike
+            runs["console"] += await console_calls(http, BLOCK)
+            runs["direct"] += await direct_calls(client, BLOCK)
+            runs["floor"] += await floor_calls(http, BLOCK // 2)
+    return runs
+
+
+def run() -> list[Figure]:
+    with console(echo_servers()) as con:
+        con.wait_connected("echo")
+        runs = asyncio.run(measure(con))
+    c50, c99 = ms(percentile(runs["console"], 50)), ms(percentile(runs["console"], 99))
+    d50, d99 = ms(percentile(runs["direct"], 50)), ms(percentile(runs["direct"], 99))
+    f50 = ms(percentile(runs["floor"], 50))
+    over = c50 - d50
+    return [
+        Figure(NAME, "call p50 via console", c50, "ms", d50, "direct SDK p50"),
+        Figure(NAME, "call p99 via console", c99, "ms", d99, "direct SDK p99"),
+        Figure(
+            NAME,
+            "p50 overhead (console - direct)",
+            over,
+            "ms",
+            d50,
+            "direct SDK p50",
+            f"< {TARGET_MS} ms",
+            over < TARGET_MS,
+            f"{CALLS} calls each, one client",
+        ),
+        Figure(
+            NAME,
+            "HTTP floor p50 (authenticated 404)",
+            f50,
+            "ms",
+            None,
+            "",
+            note="Daphne + Django + token lookup, no gate, no MCP",
+        ),
+    ]

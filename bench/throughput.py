@@ -1,0 +1,157 @@
+"""2. Throughput: calls per second through one `serve` with 1, 8 and 32 concurrent clients
+(echo, auto), errors counted; the direct SDK client with 32 concurrent tasks as baseline."""
+
+import asyncio
+import time
+
+import psutil
+
+from .common import (
+    ECHO_ARGS,
+    Figure,
+    async_http,
+    console,
+    direct_client,
+    echo_body,
+    echo_servers,
+    ms,
+    percentile,
+)
+
+NAME = "throughput"
+LEVELS = (1, 8, 32)
+SECONDS = 5.0
+WARMUP = 1.0
+TARGET = 400.0
+
+
+async def load(http, clients: int, seconds: float) -> tuple[int, int, float, list[float]]:
+    """`clients` loops posting calls until the time is up; (done, errors, elapsed, latencies)."""
+    body = echo_body()
+    stop = time.perf_counter() + seconds
+    done = errors = 0
+    latencies: list[float] = []
+
+    async def client() -> None:
+        nonlocal done, errors
+        while time.perf_counter() < stop:
+            t = time.perf_counter()
+            try:
+                r = await http.post("/v1/mcp/call", json=body)
+                ok = r.status_code == 200 and r.json().get("status") == "done"
+            except Exception:
+                ok = False
+            latencies.append(time.perf_counter() - t)
+            done += ok
+            errors += not ok
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return done, errors, time.perf_counter() - started, latencies
+
+
+async def direct_load(client, tasks: int, seconds: float) -> tuple[int, int, float]:
+    stop = time.perf_counter() + seconds
+    done = errors = 0
+
+    async def worker() -> None:
+        nonlocal done, errors
+        while time.perf_counter() < stop:
+            try:
+                ok = not (await client.call_tool("echo", ECHO_ARGS)).is_error
+            except Exception:
+                ok = False
+            done += ok
+            errors += not ok
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(tasks)))
+    return done, errors, time.perf_counter() - started
+
+
+class CpuShare:
+    """% of one core used, over a `with` block, by the serve process, its MCP servers (children
+    alive at both ends) and this benchmark client process."""
+
+    def __init__(self, serve_pid: int) -> None:
+        self.serve = psutil.Process(serve_pid)
+
+    def _sample(self) -> dict:
+        def cpu(p):
+            t = p.cpu_times()
+            return t.user + t.system
+
+        kids = {}
+        for child in self.serve.children(recursive=True):
+            try:
+                kids[child.pid] = cpu(child)
+            except psutil.Error:
+                pass
+        return {"serve": cpu(self.serve), "client": cpu(psutil.Process()), "kids": kids}
+
+    def __enter__(self):
+        self.t0, self.c0 = time.perf_counter(), self._sample()
+        return self
+
+    def __exit__(self, *exc):
+        wall = time.perf_counter() - self.t0
+        c1 = self._sample()
+        kids = sum(c1["kids"][p] - self.c0["kids"][p] for p in c1["kids"] if p in self.c0["kids"])
+        self.share = {
+            "serve": round(100 * (c1["serve"] - self.c0["serve"]) / wall),
+            "mcp servers": round(100 * kids / wall),
+            "client": round(100 * (c1["client"] - self.c0["client"]) / wall),
+        }
+
+
+async def measure(con) -> tuple[dict, dict, tuple, dict]:
+    results, shares = {}, {}
+    async with async_http(con, max(LEVELS)) as http:
+        await load(http, max(LEVELS), WARMUP)
+        for level in LEVELS:
+            with CpuShare(con.proc.pid) as cpu:
+                results[level] = await load(http, level, SECONDS)
+            shares[level] = cpu.share
+    async with direct_client() as client:
+        await direct_load(client, max(LEVELS), WARMUP)
+        direct = await direct_load(client, max(LEVELS), SECONDS)
+    return results, shares, direct, {}
+
+
+def run() -> list[Figure]:
+    with console(echo_servers()) as con:
+        con.wait_connected("echo")
+        results, shares, direct, _ = asyncio.run(measure(con))
+    d_done, d_err, d_wall = direct
+    d_rate = d_done / d_wall
+    figures = []
+    for level in LEVELS:
+        done, errors, wall, latencies = results[level]
+        rate = done / wall
+        cpu = ", ".join(f"{k} {v}%" for k, v in shares[level].items())
+        lat = "/".join(f"{ms(percentile(latencies, p)):.0f}" for p in (50, 99)) + f"/{ms(max(latencies)):.0f}"
+        last = level == max(LEVELS)
+        figures.append(
+            Figure(
+                NAME,
+                f"calls/s, {level} client{'s' if level > 1 else ''} ({errors} errors)",
+                rate,
+                "/s",
+                d_rate if last else None,
+                f"direct SDK, {max(LEVELS)} tasks" if last else "",
+                f">= {TARGET:.0f}/s, 0 errors" if last else "",
+                (rate >= TARGET and errors == 0) if last else None,
+                f"latency p50/p99/max {lat} ms; CPU, % of one core: {cpu}",
+                {"done": done, "errors": errors, "seconds": wall, "cpu": shares[level]},
+            )
+        )
+    figures.append(
+        Figure(
+            NAME,
+            f"direct SDK calls/s, {max(LEVELS)} tasks ({d_err} errors)",
+            d_rate,
+            "/s",
+            note="one mcp Client session, same echo server script",
+        )
+    )
+    return figures
