@@ -216,6 +216,30 @@ def test_it_renews_an_idle_2025_session_whose_server_died(console):
     assert "back" in r.json()["result"]
 
 
+def test_it_keeps_idle_sessions_of_both_eras_up_across_pings(console):
+    c = console({"echo": our_server("echo.py"), "every": everything_stdio(),
+                 "time": {"command": str(TIME_SERVER)}}, AGENVOY_PING_SECONDS=1)
+    c.wait_connected("echo", "every", "time")
+    before = {n: server_pids(c, s) for n, s in (("echo", "echo.py"), ("every", "server-everything"),
+                                                 ("time", "mcp-server-time"))}
+    time.sleep(4)
+    after = {n: server_pids(c, s) for n, s in (("echo", "echo.py"), ("every", "server-everything"),
+                                                ("time", "mcp-server-time"))}
+    assert after == before
+    assert all(s["state"] == "connected" for s in c.status().values())
+    assert "ping failed" not in c.log_text()
+
+
+def test_it_renews_an_idle_2026_session_without_listen_support_whose_server_died(console):
+    c = console({"time": {"command": str(TIME_SERVER)}}, AGENVOY_PING_SECONDS=1, AGENVOY_POLL_SECONDS=3600)
+    c.wait_connected("time")
+    assert c.status()["time"]["protocol"].startswith("2026")
+    pids = server_pids(c, "mcp-server-time")
+    os.kill(pids[0], signal.SIGKILL)
+    wait_until(lambda: (now := server_pids(c, "mcp-server-time")) and now != pids
+               and c.status()["time"]["state"] == "connected", 20, what="session renewed")
+
+
 def test_it_leaves_no_child_of_a_server_behind(console, tmp_path):
     script = tmp_path / "spawner.sh"
     # A "server" that starts a child and then serves through exec: the child must not outlive it.

@@ -5,6 +5,7 @@ messages that the SupervisorConsumer hands over here. Everything here runs on on
 """
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import math
@@ -47,6 +48,7 @@ class Supervisor:
         self._watcher = files.FileWatcher()
         self._errlogs: dict[str, object] = {}
         self.started = asyncio.Event()
+        self._connects = asyncio.Semaphore(max(4, 2 * (os.cpu_count() or 1)))
 
     # --- life --------------------------------------------------------------------------------
 
@@ -98,6 +100,23 @@ class Supervisor:
             folder.mkdir(parents=True, exist_ok=True)
             self._errlogs[name] = open(folder / f"{name}.stderr.log", "a", buffering=1)
         return self._errlogs[name]
+
+    @contextlib.asynccontextmanager
+    async def connect_slot(self):
+        """One of a few places for connecting; yields a function that frees it early (once
+        the first listing is done), and frees it on exit otherwise."""
+        await self._connects.acquire()
+        held = [True]
+
+        def release() -> None:
+            if held[0]:
+                held[0] = False
+                self._connects.release()
+
+        try:
+            yield release
+        finally:
+            release()
 
     # --- requests from the consumer ---------------------------------------------------------
 

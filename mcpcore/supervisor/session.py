@@ -9,7 +9,6 @@ import logging
 import math
 import random
 import uuid
-from contextlib import AsyncExitStack
 
 import anyio
 from django.conf import settings
@@ -172,7 +171,7 @@ class ServerSession:
                 # A session that was up gets renewed at once; backoff is for failing connects.
                 self._was_connected = False
                 continue
-            delay = backoff * random.uniform(0.9, 1.1)
+            delay = backoff * random.uniform(0.5, 1.5)
             backoff = min(backoff * 2, BACKOFF_MAX)
             await self._wait_wake(delay)
 
@@ -196,23 +195,25 @@ class ServerSession:
                 await asyncio.to_thread(transport.sweep, tag)
 
     async def _connected(self, server: Server, target) -> None:
-        client = Client(target, message_handler=self._on_message, cache=None,
-                        mode="auto")
-        with anyio.CancelScope() as scope:
-            # The connect bound covers the handshake and first listing, then is lifted.
-            scope.deadline = anyio.current_time() + settings.AGENVOY_CONNECT_TIMEOUT
-            async with AsyncExitStack() as stack:
-                await stack.enter_async_context(client)
-                await self._register(client)
-                scope.deadline = math.inf
-                self.client = client
-                self.protocol = client.protocol_version or ""
-                self.error = ""
-                self._was_connected = True
-                await self._publish_connected(client)
-                self.ready.set()
-                self._finish_attempts("connected")
-                await self._watch(client)
+        client = Client(target, message_handler=self._on_message, cache=None, mode="auto")
+        # A few connects at a time: a hundred servers starting together on two cores would
+        # all run out their connect time at once, and again on every retry.
+        async with self.sup.connect_slot() as release:
+            with anyio.CancelScope() as scope:
+                # The connect bound covers the handshake and first listing, then is lifted.
+                scope.deadline = anyio.current_time() + settings.AGENVOY_CONNECT_TIMEOUT
+                async with client:
+                    await self._register(client)
+                    scope.deadline = math.inf
+                    release()
+                    self.client = client
+                    self.protocol = client.protocol_version or ""
+                    self.error = ""
+                    self._was_connected = True
+                    await self._publish_connected(client)
+                    self.ready.set()
+                    self._finish_attempts("connected")
+                    await self._watch(client)
         if scope.cancelled_caught and not self._stopping:
             self.error = f"connect timed out after {settings.AGENVOY_CONNECT_TIMEOUT:g}s"
 
@@ -250,18 +251,31 @@ class ServerSession:
             tg.cancel_scope.cancel()
 
     async def _pinger(self, client: Client) -> None:
-        """An idle 2025-era session gives no sign of a dead server but a failed ping."""
+        """An idle session gives no sign of a dead server but an unanswered ping."""
         every = settings.AGENVOY_PING_SECONDS
         while True:
             await anyio.sleep(every * random.uniform(0.9, 1.1))
-            try:
-                with anyio.fail_after(max(every, 5)):
-                    await client.send_ping()
-            except Exception as exc:
-                log.warning("server %s: ping failed: %s", self.name, describe(exc) or "timed out")
-                self.error = f"session lost: {describe(exc)}"
+            problem = await self._unanswered(client, max(every, 5))
+            if problem:
+                log.warning("server %s: ping failed: %s", self.name, problem)
+                self.error = f"session lost: {problem}"
                 self._lost.set()
                 return
+
+    @staticmethod
+    async def _unanswered(client: Client, timeout: float) -> str:
+        """Why the server did not answer a ping ("" when it did). 2026-07-28 servers answer
+        `ping` with "method not found": any answer proves the session alive."""
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            with anyio.fail_after(timeout):
+                await client.send_ping()
+        except MCPError as exc:
+            return describe(exc) if exc.error.code in (-32000, -32001) else ""
+        except Exception as exc:
+            return describe(exc) or "timed out"
+        return ""
 
     async def _listen(self, client: Client) -> None:
         """2026-07-28 sessions deliver list_changed only inside `listen()`."""
@@ -281,10 +295,7 @@ class ServerSession:
                 log.info("server %s: listen ended: %s", self.name, describe(exc))
             await anyio.sleep(1)
             # The stream can end when the server dies: a ping tells loss from a quiet close.
-            try:
-                with anyio.fail_after(settings.AGENVOY_LIST_TIMEOUT):
-                    await client.send_ping()
-            except Exception:
+            if await self._unanswered(client, settings.AGENVOY_LIST_TIMEOUT):
                 self._lost.set()
                 return
 
