@@ -1,5 +1,6 @@
 """The allow-list rules of SPEC 2.2: parsing, matching, replace-by-prefix. Pure functions."""
 
+import bisect
 from collections.abc import Iterable
 
 
@@ -17,10 +18,18 @@ def parse(text: str) -> list[str]:
     return entries
 
 
+def sorted_unique(entries: Iterable[str]) -> list[str]:
+    """Entries in byte order without repeats. Python orders strings by code point, which is
+    UTF-8 byte order; a list already in that order (as the file keeps it) is used as it is."""
+    items = entries if isinstance(entries, list) else list(entries)
+    if all(a < b for a, b in zip(items, items[1:])):
+        return items
+    return sorted(set(items))
+
+
 def render(entries: Iterable[str]) -> str:
     """The file body: unique entries sorted by byte order, one entry and `\\n` per line."""
-    unique = sorted(set(entries), key=lambda e: e.encode())
-    return "".join(f"{e}\n" for e in unique)
+    return "".join(f"{e}\n" for e in sorted_unique(entries))
 
 
 def matches(entries: Iterable[str], name: str) -> bool:
@@ -91,9 +100,22 @@ def replace_prefix(current: Iterable[str], prefix: str, new_entries: Iterable[st
     new = list(new_entries)
     if f"{prefix}*" in new:
         new = [f"{prefix}*"]
-    kept = [e for e in current if not e.startswith(prefix)]
-    return sorted(set(kept + new), key=lambda e: e.encode())
+    entries = sorted_unique(current)
+    lo, hi = _prefix_range(entries, prefix)
+    return entries[:lo] + sorted(set(new)) + entries[hi:]
+
+
+def _prefix_range(entries: list[str], prefix: str) -> tuple[int, int]:
+    """In sorted entries, those starting with `prefix` are one run beginning where `prefix`
+    itself would go."""
+    lo = bisect.bisect_left(entries, prefix)
+    hi = lo
+    while hi < len(entries) and entries[hi].startswith(prefix):
+        hi += 1
+    return lo, hi
 
 
 def entries_for(entries: Iterable[str], prefix: str) -> list[str]:
-    return sorted((e for e in entries if e.startswith(prefix)), key=lambda e: e.encode())
+    items = sorted_unique(entries)
+    lo, hi = _prefix_range(items, prefix)
+    return items[lo:hi]

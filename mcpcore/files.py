@@ -197,12 +197,29 @@ def replace_allow_prefix(prefix: str, entries: list[str]) -> list[str]:
     """Replace-by-prefix in `allow_tool` under the lock; returns the prefix's entries now."""
     path = path_of(ALLOW_TOOL)
     with locked(path):
+        before = _stat_of(path)
         updated = allowlist.replace_prefix(read_allow_tool(), prefix, entries)
         atomic_write(path, allowlist.render(updated))
-        # Under the lock, like the write: the gate trusts the mirror, which must never be
-        # left holding an older file than the newest write.
-        _mirror_allow(updated)
-    return allowlist.entries_for(updated, prefix)
+        now = allowlist.entries_for(updated, prefix)
+        # Under the lock, like the write, so the mirror never holds an older file than the
+        # newest write. When the file was as we last mirrored it, only this prefix changed.
+        if before is not None and _mirrored.get(str(path)) == before:
+            _mirror_allow_prefix(prefix, now)
+        else:
+            _mirror_allow(updated)
+        _mirrored[str(path)] = _stat_of(path)
+    return now
+
+
+_mirrored: dict[str, tuple | None] = {}  # allow_tool's stat when last mirrored whole
+
+
+def _stat_of(path: Path) -> tuple | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 def current_allow() -> list[str]:
@@ -225,6 +242,7 @@ def add_allow_entry(entry: str) -> None:
             atomic_write(path, allowlist.render([*current, entry]))
             current = [*current, entry]
         _mirror_allow(current)
+        _mirrored[str(path)] = _stat_of(path)
 
 
 # --- mirroring into the database ----------------------------------------------------------
@@ -257,15 +275,29 @@ def _mirror_allow(entries: list[str]) -> None:
             AllowEntry.objects.bulk_create([AllowEntry(entry=e) for e in sorted(wanted - have)])
 
 
+def _mirror_allow_prefix(prefix: str, entries: list[str]) -> None:
+    from .models import AllowEntry
+
+    wanted = set(entries)
+    with transaction.atomic():
+        have = set(AllowEntry.objects.filter(entry__startswith=prefix).values_list("entry", flat=True))
+        if have != wanted:
+            AllowEntry.objects.filter(entry__in=have - wanted).delete()
+            AllowEntry.objects.bulk_create([AllowEntry(entry=e) for e in sorted(wanted - have)])
+
+
 def sync_allow() -> bool:
     """Mirror `allow_tool` into the database; False (and a recorded problem) when unreadable."""
+    path = path_of(ALLOW_TOOL)
     try:
+        before = _stat_of(path)
         entries = read_allow_tool()
     except ConfigFileError as exc:
         log.warning("%s", exc)
         _record(ALLOW_TOOL, str(exc))
         return False
     _mirror_allow(entries)
+    _mirrored[str(path)] = before
     _record(ALLOW_TOOL, "")
     return True
 
