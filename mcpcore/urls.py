@@ -18,6 +18,7 @@ urlpatterns = [
     path("servers/<str:name>/reconnect/", views.server_reconnect, name="server-reconnect"),
     path("servers/<str:name>/trust/", views.server_trust, name="server-trust"),
     path("servers/<str:name>/try/", views.tool_try, name="tool-try"),
+    path("servers/<str:name>/try-form/", views.tool_try_form, name="tool-try-form"),
     path("pending/", views.pending, name="pending"),
     path("pending/<str:confirm_id>/reply/", views.pending_reply, name="pending-reply"),
     path("pending/allowances/<int:pk>/revoke/", views.allowance_revoke, name="allowance-revoke"),

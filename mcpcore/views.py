@@ -9,6 +9,7 @@ without JavaScript the same URLs answer with whole pages and redirects.
 import datetime
 import json
 import uuid
+from urllib.parse import quote
 
 from asgiref.sync import async_to_sync
 from django.contrib import messages
@@ -19,6 +20,7 @@ from django.db.models.functions import Substr
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
@@ -168,16 +170,21 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
             {"server": server, "page_sig": request.GET.get("sig", "")},
         )
     context = _trust_context(server)
+    # A try-it form is built when opened (htmx), or for the one tool asked for without JS:
+    # a thousand forms made the page slow to render.
+    try_tool = request.GET.get("try")
     context.update(
         tools=[
             {
                 "tool": t,
                 "schema": pretty(t.input_schema),
-                "fields": schema_fields(t.input_schema),
+                "fields": schema_fields(t.input_schema) if t.tool_name == try_tool else None,
                 "annotations": pretty(t.annotations) if t.annotations else "",
             }
             for t in (row["tool"] for row in context["trust_tools"])
         ],
+        try_url=reverse("tool-try", args=[server.name]),
+        try_form_url=reverse("tool-try-form", args=[server.name]),
         config=mask_config(server.config),
         config_json=pretty(mask_config(server.config)),
         page_sig=server.signature,
@@ -365,6 +372,21 @@ def _preview_row(name: str, config: dict, exists: bool) -> dict:
 
 
 # --- try a tool -------------------------------------------------------------------------------
+
+
+@login_required
+@require_safe
+def tool_try_form(request: HttpRequest, name: str) -> HttpResponse:
+    """A tool's try-it form (htmx, when its section is opened), or the server page with that
+    form open."""
+    server = _get_server_or_404(name)
+    tool = get_object_or_404(Tool, server=server, tool_name=request.GET.get("tool", ""))
+    if not request.htmx:
+        return redirect(f"{reverse('server-detail', args=[server.name])}?try={quote(tool.tool_name)}")
+    row = {"tool": tool, "fields": schema_fields(tool.input_schema)}
+    return render(request, "mcpcore/server_detail.html#try-form",
+                  {"server": server, "tool": tool, "row": row,
+                   "try_url": reverse("tool-try", args=[server.name])})
 
 
 @login_required

@@ -908,3 +908,19 @@ def test_it_signs_the_pending_list_by_what_it_shows(signed_in, every):
     assert one != empty and sig() == one
     ToolCall.objects.filter(pk=call.pk).update(status="skipped")
     assert sig() == empty
+
+
+def test_it_builds_a_try_form_only_when_it_is_opened(signed_in, every):
+    page = signed_in.get("/servers/every/").content.decode()
+    assert 'name="raw_json"' not in page
+    assert 'hx-get="/servers/every/try-form/?tool=echo"' in page
+    r = signed_in.get("/servers/every/try-form/?tool=echo", headers={"HX-Request": "true"})
+    form = r.content.decode()
+    assert r.status_code == 200 and form.lstrip().startswith("<form")
+    assert 'name="raw_json"' in form and 'value="echo"' in form and "csrfmiddlewaretoken" in form
+    # Without JavaScript the link opens the page with that one form.
+    r = signed_in.get("/servers/every/try-form/?tool=echo")
+    assert r.status_code == 302 and r["Location"] == "/servers/every/?try=echo"
+    page = signed_in.get("/servers/every/?try=echo").content.decode()
+    assert page.count('name="raw_json"') == 1
+    assert signed_in.get("/servers/every/try-form/?tool=nope", headers={"HX-Request": "true"}).status_code == 404
