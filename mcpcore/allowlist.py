@@ -9,9 +9,13 @@ class AllowListError(ValueError):
 
 
 def parse(text: str) -> list[str]:
-    """Entries of an `allow_tool` file: blank lines and `#` comments are ignored."""
+    """Entries of an `allow_tool` file: blank lines and `#` comments are ignored.
+
+    Lines end at `\\n` only (with an optional `\\r`): `str.splitlines` also splits at
+    U+2028 and other separators, so a tool named `x<U+2028>*` would read back as `*`.
+    """
     entries = []
-    for line in text.splitlines():
+    for line in text.split("\n"):
         line = line.strip()
         if line and not line.startswith("#"):
             entries.append(line)
@@ -73,10 +77,24 @@ class Matcher:
         return any(name.startswith(p) for p in self._other_prefixes)
 
 
+_UNSAFE = set(map(chr, range(0x20))) | {"\x7f", "\x85", "\u2028", "\u2029"}
+
+
+def entry_problem(entry: str) -> str | None:
+    """Why `entry` can't be a line of `allow_tool` (it would not read back as itself)."""
+    if entry.startswith("#"):
+        return "an entry can't start with '#'"
+    if any(c in _UNSAFE for c in entry) or entry != entry.strip():
+        return "an entry can't hold control characters, line separators or edge spaces"
+    return None
+
+
 def validate_edit(prefix: object, new_entries: object) -> tuple[str, list[str]]:
     """Check a replace-by-prefix edit; returns (prefix, entries) or raises AllowListError."""
     if not isinstance(prefix, str) or prefix.strip() == "":
         raise AllowListError("tool.prefix is required")
+    if entry_problem(prefix):
+        raise AllowListError(f"{entry_problem(prefix)}: {prefix!r}")
     if new_entries is None:
         new_entries = []
     if not isinstance(new_entries, list) or not all(isinstance(e, str) for e in new_entries):
@@ -86,8 +104,9 @@ def validate_edit(prefix: object, new_entries: object) -> tuple[str, list[str]]:
         entry = entry.strip()
         if not entry:
             continue
-        if "\n" in entry or "\r" in entry:
-            raise AllowListError(f"entries must be single lines: {entry!r}")
+        problem = entry_problem(entry)
+        if problem:
+            raise AllowListError(f"{problem}: {entry!r}")
         if not entry.startswith(prefix):
             raise AllowListError(f"every entry must start with the prefix: {entry}")
         cleaned.append(entry)

@@ -4,6 +4,7 @@ side and the supervisor alike; nothing here imports `mcp`."""
 
 import asyncio
 import datetime
+import json
 import uuid
 
 from channels.layers import get_channel_layer
@@ -67,6 +68,11 @@ def create(token: ApiToken | None, user: str, name: object, arguments: object,
         arguments = {}
     if not isinstance(arguments, dict):
         raise CallError("arguments must be a JSON object", 400)
+    try:
+        # What can't be sent as UTF-8 JSON would break the server's session for every caller.
+        json.dumps(arguments, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (ValueError, UnicodeError, RecursionError):
+        raise CallError("arguments must be JSON that can be sent as UTF-8 (no lone surrogates, NaN or Infinity)", 400) from None
     if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()
                                    or len(session_id) > 200):
         raise CallError("session_id must be a non-empty string of at most 200 characters", 400)

@@ -235,6 +235,8 @@ def current_allow() -> list[str]:
 
 def add_allow_entry(entry: str) -> None:
     """Add one exact entry (approve and remember), leaving every other line alone."""
+    if allowlist.entry_problem(entry):
+        raise ConfigFileError(f"{allowlist.entry_problem(entry)}: {entry!r}")
     path = path_of(ALLOW_TOOL)
     with locked(path):
         current = read_allow_tool()

@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Callable
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -45,13 +46,24 @@ def _token_of(request: HttpRequest) -> ApiToken | None:
     return token
 
 
+def _reject_constant(name: str):
+    # Python reads NaN and Infinity, which JSON does not have and the database can't store.
+    raise ValueError(f"{name} is not JSON")
+
+
 def json_body(request: HttpRequest) -> dict:
-    """The request body as a JSON object; an empty body is `{}`."""
-    if not request.body:
+    """The request body as a JSON object; an empty body is `{}`. What the database and the
+    MCP servers could not take (lone surrogates, NaN, absurd nesting) is refused here."""
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise ApiError("request body too large", 413) from None
+    if not raw:
         return {}
     try:
-        data = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
+        data = json.loads(raw, parse_constant=_reject_constant)
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except (ValueError, UnicodeError, RecursionError):
         raise ApiError("request body must be valid JSON") from None
     if not isinstance(data, dict):
         raise ApiError("request body must be a JSON object")

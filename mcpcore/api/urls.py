@@ -1,6 +1,6 @@
 """`/v1` routes (SPEC 7). Every route but the OpenAPI description needs a bearer token."""
 
-from django.urls import path
+from django.urls import path, re_path
 
 from . import openapi, views
 
@@ -19,4 +19,6 @@ urlpatterns = [
     path("session/<str:session_id>/confirm/<str:confirm_id>", views.confirm, name="api-confirm"),
     path("allowlist", views.allowlist_view, name="api-allowlist"),
     path("<path:rest>", views.not_found, name="api-not-found"),
+    # What <path:> can't match ("" and paths with newlines) also answers JSON, after auth.
+    re_path(r"^(?s:.*)\Z", views.not_found),
 ]

@@ -85,7 +85,7 @@ def mcp_tools(request: HttpRequest) -> JsonResponse:
 
 
 @api_view(("GET", "POST", "PUT", "PATCH", "DELETE"))
-def not_found(request: HttpRequest, rest: str) -> JsonResponse:
+def not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
     raise ApiError("not found", 404)
 
 

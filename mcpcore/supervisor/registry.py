@@ -8,7 +8,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from .. import names
+from .. import allowlist, names
 from ..models import Server, Tool
 
 log = logging.getLogger("mcpcore.supervisor")
@@ -23,6 +23,10 @@ def tool_dicts(server: str, tools: list) -> tuple[list[dict], list[str]]:
         tool_name = (tool.name or "").strip()
         if not tool_name:
             warnings.append("a tool with an empty name was skipped")
+            continue
+        if allowlist.entry_problem(tool_name):
+            # Such a name could not be written to allow_tool and read back as itself.
+            warnings.append(f"tool {tool_name!r} skipped: control characters or line separators in its name")
             continue
         reg = names.registered_name(server, tool_name)
         if reg in seen:

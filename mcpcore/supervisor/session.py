@@ -255,6 +255,10 @@ class ServerSession:
         every = settings.AGENVOY_PING_SECONDS
         while True:
             await anyio.sleep(every * random.uniform(0.9, 1.1))
+            if self.active_calls:
+                # A call in flight tells about the session itself (a dead server fails it),
+                # and a ping would queue behind a large answer and time out.
+                continue
             problem = await self._unanswered(client, max(every, 5))
             if problem:
                 log.warning("server %s: ping failed: %s", self.name, problem)

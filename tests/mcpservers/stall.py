@@ -1,0 +1,34 @@
+"""Test server with a tool that never answers, for fault-injection tests.
+
+    python tests/mcpservers/stall.py
+Tools: `stall` (never returns; the server itself stays responsive; writes "stall cancelled" to
+stderr when the client cancels it) and `echo(text)`. stdio only.
+"""
+
+import asyncio
+import sys
+
+from mcp.server.mcpserver import MCPServer
+
+mcp = MCPServer("stall", instructions="Stall server instructions.", log_level="WARNING")
+
+
+@mcp.tool()
+async def stall() -> str:
+    """Never returns (until cancelled)."""
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        print("stall cancelled", file=sys.stderr, flush=True)
+        raise
+    return "unreachable"
+
+
+@mcp.tool()
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text
+
+
+if __name__ == "__main__":
+    mcp.run()
