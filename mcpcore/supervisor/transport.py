@@ -8,8 +8,10 @@ from typing import IO
 
 import httpx2
 from mcp.client.sse import sse_client
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+
+from .stdio import stdio_transport
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
@@ -65,7 +67,7 @@ _PASS_THROUGH = {"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "SHELL", "T
 def make_target(config: dict, transport: str, errlog: IO[str], tag: str = ""):
     """The transport object the Client connects through."""
     if transport == "stdio":
-        return stdio_client(stdio_params(config, tag), errlog=errlog)
+        return stdio_transport(stdio_params(config, tag), errlog)
     url = expand(config["url"]).strip()
     headers = expanded_headers(config)
     if transport == "sse":
