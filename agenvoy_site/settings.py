@@ -69,13 +69,10 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 DEBUG = _bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = [
-    h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",")
-    if h.strip()
+    h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()
 ]
 
-AGENVOY_HOME = Path(
-    os.path.expanduser(os.environ.get("AGENVOY_HOME", "~/.config/agenvoy"))
-).resolve()
+AGENVOY_HOME = Path(os.path.expanduser(os.environ.get("AGENVOY_HOME", "~/.config/agenvoy"))).resolve()
 AGENVOY_POLL_SECONDS = _seconds("AGENVOY_POLL_SECONDS", 60)
 AGENVOY_LIST_TIMEOUT = _seconds("AGENVOY_LIST_TIMEOUT", 30)
 AGENVOY_CONNECT_TIMEOUT = _seconds("AGENVOY_CONNECT_TIMEOUT", 30)

@@ -26,7 +26,7 @@ def sorted_unique(entries: Iterable[str]) -> list[str]:
     """Entries in byte order without repeats. Python orders strings by code point, which is
     UTF-8 byte order; a list already in that order (as the file keeps it) is used as it is."""
     items = entries if isinstance(entries, list) else list(entries)
-    if all(a < b for a, b in zip(items, items[1:])):
+    if all(a < b for a, b in zip(items, items[1:], strict=False)):
         return items
     return sorted(set(items))
 

@@ -55,8 +55,15 @@ def session_allowed(session_id: str) -> bool:
     return SessionAllowance.objects.filter(session_id=session_id, revoked_at__isnull=True).exists()
 
 
-def create(token: ApiToken | None, user: str, name: object, arguments: object,
-           session_id: object, mode: object, local=None) -> ToolCall:
+def create(
+    token: ApiToken | None,
+    user: str,
+    name: object,
+    arguments: object,
+    session_id: object,
+    mode: object,
+    local=None,
+) -> ToolCall:
     """Validate a call request, run it through the gate, and record it (SPEC 5, 7).
 
     `local(server) -> worker name or None` says whether this process's supervisor holds the
@@ -72,9 +79,12 @@ def create(token: ApiToken | None, user: str, name: object, arguments: object,
         # What can't be sent as UTF-8 JSON would break the server's session for every caller.
         json.dumps(arguments, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except (ValueError, UnicodeError, RecursionError):
-        raise CallError("arguments must be JSON that can be sent as UTF-8 (no lone surrogates, NaN or Infinity)", 400) from None
-    if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()
-                                   or len(session_id) > 200):
+        raise CallError(
+            "arguments must be JSON that can be sent as UTF-8 (no lone surrogates, NaN or Infinity)", 400
+        ) from None
+    if session_id is not None and (
+        not isinstance(session_id, str) or not session_id.strip() or len(session_id) > 200
+    ):
         raise CallError("session_id must be a non-empty string of at most 200 characters", 400)
     norm = gate.normalize_mode(mode)
     if norm is None:
@@ -91,9 +101,15 @@ def create(token: ApiToken | None, user: str, name: object, arguments: object,
     decision = gate.decide(norm, lambda: allowed(tool.registered_name), lambda: session_allowed(session_id))
     now = timezone.now()
     call = ToolCall(
-        session_id=session_id, tool_name=tool.registered_name, server_name=server.name,
-        tool=tool.tool_name, arguments=arguments, mode=norm, token=token,
-        requested_by=user or (token.name if token else ""), created_at=now,
+        session_id=session_id,
+        tool_name=tool.registered_name,
+        server_name=server.name,
+        tool=tool.tool_name,
+        arguments=arguments,
+        mode=norm,
+        token=token,
+        requested_by=user or (token.name if token else ""),
+        created_at=now,
     )
     if decision.run:
         call.status, call.decision, call.decided_at = "running", decision.reason, now
@@ -135,9 +151,12 @@ async def announce(call_id: str) -> None:
 
 def finish(call_id, status: str, result: str, **fields) -> bool:
     """End a call once: a conditional update from pending/running, so no end is overwritten."""
-    return ToolCall.objects.filter(id=call_id, status__in=("pending", "running")).update(
-        status=status, result=result, ended_at=timezone.now(), **fields
-    ) == 1
+    return (
+        ToolCall.objects.filter(id=call_id, status__in=("pending", "running")).update(
+            status=status, result=result, ended_at=timezone.now(), **fields
+        )
+        == 1
+    )
 
 
 class ReplyError(CallError):
@@ -165,8 +184,15 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
         raise ReplyError("confirmation already resolved or expired", 410)
     pending = ToolCall.objects.filter(id=call.id, status="pending")
     if body.get("abort"):
-        changed = pending.update(status="aborted", decision="abort", decided_by=who, decided_at=now,
-                                 reason=reason, result=gate.ABORTED, ended_at=now)
+        changed = pending.update(
+            status="aborted",
+            decision="abort",
+            decided_by=who,
+            decided_at=now,
+            reason=reason,
+            result=gate.ABORTED,
+            ended_at=now,
+        )
     elif body.get("approve"):
         decision = "remember" if body.get("remember") else "session" if body.get("allow_turn") else "approve"
         with transaction.atomic():
@@ -176,8 +202,15 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
         if changed and body.get("remember"):
             files.add_allow_entry(call.tool_name)
     else:
-        changed = pending.update(status="skipped", decision="deny", decided_by=who, decided_at=now,
-                                 reason=reason, result=gate.skipped_text(reason), ended_at=now)
+        changed = pending.update(
+            status="skipped",
+            decision="deny",
+            decided_by=who,
+            decided_at=now,
+            reason=reason,
+            result=gate.skipped_text(reason),
+            ended_at=now,
+        )
     if not changed:
         raise ReplyError("confirmation already resolved or expired", 410)
     call.refresh_from_db()
@@ -185,11 +218,18 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
 
 
 def expire(call_id) -> bool:
-    return ToolCall.objects.filter(id=call_id, status="pending").update(
-        status="expired", decision="expired", decided_by="timeout", decided_at=timezone.now(),
-        reason="confirmation expired", result=gate.skipped_text("confirmation expired"),
-        ended_at=timezone.now(),
-    ) == 1
+    return (
+        ToolCall.objects.filter(id=call_id, status="pending").update(
+            status="expired",
+            decision="expired",
+            decided_by="timeout",
+            decided_at=timezone.now(),
+            reason="confirmation expired",
+            result=gate.skipped_text("confirmation expired"),
+            ended_at=timezone.now(),
+        )
+        == 1
+    )
 
 
 def expire_due() -> list[str]:
@@ -218,10 +258,14 @@ def interrupt_orphans(worker_alive) -> int:
 
 def interrupt_for(server_name: str, worker: str) -> int:
     """Calls a dead worker had started on a server end as interrupted, with a clear message."""
-    rows = ToolCall.objects.filter(status="running", started_at__isnull=False,
-                                   server_name=server_name, worker=worker)
-    ended = [cid for cid in rows.values_list("id", flat=True)
-             if finish(cid, "interrupted", WORKER_LOST, is_error=True)]
+    rows = ToolCall.objects.filter(
+        status="running", started_at__isnull=False, server_name=server_name, worker=worker
+    )
+    ended = [
+        cid
+        for cid in rows.values_list("id", flat=True)
+        if finish(cid, "interrupted", WORKER_LOST, is_error=True)
+    ]
     return len(ended)
 
 
@@ -251,6 +295,7 @@ async def wait_ended(call_id, seconds: float) -> ToolCall | None:
     Waits on the call's channel-layer group (pushed by whoever ends it) and re-reads the row
     on every wake and at least every second, so a missed message costs at most a second.
     """
+
     def get():
         return db.run(lambda: ToolCall.objects.filter(id=call_id).first())
 

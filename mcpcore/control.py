@@ -51,7 +51,7 @@ async def reconnect(name: str | None) -> dict[str, str] | None:
             return None
         channels = dict(Worker.objects.values_list("name", "channel"))
         by_channel: dict[str, list[str]] = {}
-        for sname, owner, enabled, state, error in servers:
+        for sname, owner, enabled, _state, _error in servers:
             key = channels.get(owner) if enabled else None
             by_channel.setdefault(key or f"!none:{sname}", []).append(sname)
         return by_channel
@@ -66,8 +66,13 @@ async def reconnect(name: str | None) -> dict[str, str] | None:
     for channel, names in by_channel.items():
         if channel.startswith("!none:"):
             row = await Server.objects.filter(name=names[0]).afirst()
-            outcome[names[0]] = "disabled" if row and not row.enabled else (
-                row.last_error if row and row.last_error else "not connected: no worker holds this server")
+            outcome[names[0]] = (
+                "disabled"
+                if row and not row.enabled
+                else (
+                    row.last_error if row and row.last_error else "not connected: no worker holds this server"
+                )
+            )
             continue
         await layer.send(channel, {"type": "servers.reconnect", "names": names, "reply": reply})
         asked += 1

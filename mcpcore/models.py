@@ -126,9 +126,7 @@ def unmask_config(new: dict, old: dict | None) -> dict:
         values = out.get(key)
         if isinstance(values, dict):
             previous = (old or {}).get(key) or {}
-            out[key] = {
-                k: (previous.get(k, "") if v == SECRET_MASK else v) for k, v in values.items()
-            }
+            out[key] = {k: (previous.get(k, "") if v == SECRET_MASK else v) for k, v in values.items()}
     return out
 
 
@@ -210,9 +208,7 @@ class ApiToken(models.Model):
     def issue(cls, name: str, may_auto: bool = True) -> tuple["ApiToken", str]:
         """Create a token; returns the row and the clear token, which is never stored."""
         token = "agv_" + secrets.token_urlsafe(32)
-        row = cls.objects.create(
-            name=name, token_hash=cls.hash(token), hint=token[:8], may_auto=may_auto
-        )
+        row = cls.objects.create(name=name, token_hash=cls.hash(token), hint=token[:8], may_auto=may_auto)
         return row, token
 
     @property
@@ -324,7 +320,7 @@ class ToolCall(models.Model):
 
 
 class SessionAllowance(models.Model):
-    """"Approve for this session": every tool called with this session id runs without asking
+    """ "Approve for this session": every tool called with this session id runs without asking
     until the allowance is revoked."""
 
     session_id = models.CharField(max_length=200, db_index=True)

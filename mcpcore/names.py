@@ -48,7 +48,7 @@ def split_registered(name: str) -> tuple[str, str] | None:
     """
     if not name.startswith(PREFIX):
         return None
-    rest = name[len(PREFIX):]
+    rest = name[len(PREFIX) :]
     server, sep, tool = rest.partition(SEP)
     if not sep or not tool or not is_valid_server_name(server):
         return None

@@ -19,13 +19,16 @@ class StaticFiles:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
             return await self.app(scope, receive, send)
-        found = self._find(scope["path"][len(self.prefix):])
+        found = self._find(scope["path"][len(self.prefix) :])
         if found is None or scope["method"] not in ("GET", "HEAD"):
             status, body, ctype = 404, b"not found", "text/plain"
         else:
             status, (body, ctype) = 200, found
-        headers = [(b"content-type", ctype.encode()), (b"content-length", str(len(body)).encode()),
-                   (b"cache-control", b"public, max-age=3600")]
+        headers = [
+            (b"content-type", ctype.encode()),
+            (b"content-length", str(len(body)).encode()),
+            (b"cache-control", b"public, max-age=3600"),
+        ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
 

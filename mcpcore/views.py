@@ -384,9 +384,11 @@ def tool_try_form(request: HttpRequest, name: str) -> HttpResponse:
     if not request.htmx:
         return redirect(f"{reverse('server-detail', args=[server.name])}?try={quote(tool.tool_name)}")
     row = {"tool": tool, "fields": schema_fields(tool.input_schema)}
-    return render(request, "mcpcore/server_detail.html#try-form",
-                  {"server": server, "tool": tool, "row": row,
-                   "try_url": reverse("tool-try", args=[server.name])})
+    return render(
+        request,
+        "mcpcore/server_detail.html#try-form",
+        {"server": server, "tool": tool, "row": row, "try_url": reverse("tool-try", args=[server.name])},
+    )
 
 
 @login_required

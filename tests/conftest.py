@@ -43,7 +43,8 @@ def api(client, api_token):
 
         def post(self, path, body=None, raw=None):
             data = raw if raw is not None else json.dumps(body if body is not None else {})
-            return client.post(path, data=data, content_type="application/json",
-                               HTTP_AUTHORIZATION=f"Bearer {api_token}")
+            return client.post(
+                path, data=data, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {api_token}"
+            )
 
     return Api()

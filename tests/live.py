@@ -80,8 +80,9 @@ class Console:
             (self.home / "mcp.json").write_text(json.dumps({"servers": servers}, indent=2))
         self._fresh_database()
         self.token = self._insert_token("tests")
-        self.http = httpx2.Client(base_url=self.url, timeout=120,
-                                  headers={"Authorization": f"Bearer {self.token}"})
+        self.http = httpx2.Client(
+            base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {self.token}"}
+        )
 
     def _fresh_database(self) -> None:
         """A copy of a database migrated once per test run: migrate costs seconds a console."""
@@ -89,8 +90,13 @@ class Console:
         if _TEMPLATE is None:
             folder = Path(tempfile.mkdtemp(prefix="agenvoy-template-"))
             env = {**self.env, "AGENVOY_DATA_DIR": str(folder)}
-            subprocess.run([PYTHON, str(ROOT / "manage.py"), "migrate", "--noinput", "-v0"],
-                           env=env, cwd=ROOT, check=True, timeout=120)
+            subprocess.run(
+                [PYTHON, str(ROOT / "manage.py"), "migrate", "--noinput", "-v0"],
+                env=env,
+                cwd=ROOT,
+                check=True,
+                timeout=120,
+            )
             _TEMPLATE = folder / "db.sqlite3"
         shutil.copyfile(_TEMPLATE, self.data / "db.sqlite3")
 
@@ -108,8 +114,14 @@ class Console:
         return token
 
     def manage(self, *args: str) -> str:
-        out = subprocess.run([PYTHON, str(ROOT / "manage.py"), *args], env=self.env, cwd=ROOT,
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [PYTHON, str(ROOT / "manage.py"), *args],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if out.returncode != 0:
             raise RuntimeError(f"manage.py {' '.join(args)} failed: {out.stderr[-2000:]}")
         return out.stdout
@@ -118,7 +130,10 @@ class Console:
         self.log = open(self.base / f"serve-{self.port}.log", "ab")
         self.proc = subprocess.Popen(
             [PYTHON, str(ROOT / "manage.py"), "serve", "--port", str(self.port)],
-            env=self.env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         wait_until(self._answers, 30, what="serve answering")
@@ -171,7 +186,11 @@ class Console:
     def wait_connected(self, *names: str, timeout: float = 30) -> dict:
         def ok():
             st = self.status()
-            return st if all(st.get(n, {}).get("state") == "connected" and st[n]["tools"] for n in names) else None
+            return (
+                st
+                if all(st.get(n, {}).get("state") == "connected" and st[n]["tools"] for n in names)
+                else None
+            )
 
         return wait_until(ok, timeout, 0.1, what=f"{names} connected")
 

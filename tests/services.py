@@ -24,9 +24,21 @@ class Redis:
         self.dir = base / "redis"
         self.dir.mkdir(parents=True)
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.dir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         self.url = f"redis://127.0.0.1:{self.port}/0"
         wait_until(self._ping, 10, what="redis up")
@@ -50,16 +62,44 @@ class Postgres:
         if self.as_root:
             shutil.chown(self.dir, "postgres", "postgres")
             os.chmod(base, 0o755)
-        self._run([str(self.bin / "initdb"), "-D", str(self.dir / "data"), "-U", "agenvoy",
-                   "--auth=trust", "-E", "UTF8", "--no-sync"])
+        self._run(
+            [
+                str(self.bin / "initdb"),
+                "-D",
+                str(self.dir / "data"),
+                "-U",
+                "agenvoy",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ]
+        )
         self.proc = subprocess.Popen(
-            self._wrap([str(self.bin / "postgres"), "-D", str(self.dir / "data"), "-p", str(self.port),
-                        "-h", "127.0.0.1", "-k", str(self.dir), "-c", "fsync=off",
-                        "-c", "max_connections=200"]),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            self._wrap(
+                [
+                    str(self.bin / "postgres"),
+                    "-D",
+                    str(self.dir / "data"),
+                    "-p",
+                    str(self.port),
+                    "-h",
+                    "127.0.0.1",
+                    "-k",
+                    str(self.dir),
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "max_connections=200",
+                ]
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         wait_until(self._ready, 30, 0.2, what="postgres up")
-        self._run([str(self.bin / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "agenvoy", "agenvoy"])
+        self._run(
+            [str(self.bin / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "agenvoy", "agenvoy"]
+        )
         self.url = f"postgresql://agenvoy@127.0.0.1:{self.port}/agenvoy"
 
     def _wrap(self, cmd: list[str]) -> list[str]:
@@ -71,8 +111,12 @@ class Postgres:
             raise RuntimeError(f"{cmd[0]} failed: {out.stderr[-2000:]}")
 
     def _ready(self) -> bool:
-        return subprocess.run([str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
-                              capture_output=True).returncode == 0
+        return (
+            subprocess.run(
+                [str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)], capture_output=True
+            ).returncode
+            == 0
+        )
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -150,7 +150,8 @@ def test_it_renders_non_ascii_by_utf8_bytes_not_code_points():
 
 def test_it_validates_an_edit():
     assert allowlist.validate_edit("mcp__a__", ["mcp__a__x", " mcp__a__y "]) == (
-        "mcp__a__", ["mcp__a__x", "mcp__a__y"]
+        "mcp__a__",
+        ["mcp__a__x", "mcp__a__y"],
     )
     assert allowlist.validate_edit("mcp__a__", None) == ("mcp__a__", [])
     with pytest.raises(allowlist.AllowListError, match="^tool.prefix is required$"):
@@ -188,8 +189,9 @@ def test_it_answers_400_when_neither_skill_nor_tool_is_given(api, agenvoy_home):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("block", [{}, {"prefix": ""}, {"prefix": "   "}, {"prefix": None},
-                                   {"entries": ["mcp__a__x"]}])
+@pytest.mark.parametrize(
+    "block", [{}, {"prefix": ""}, {"prefix": "   "}, {"prefix": None}, {"entries": ["mcp__a__x"]}]
+)
 def test_it_answers_400_when_the_prefix_is_missing(api, agenvoy_home, block):
     r = api.post("/v1/allowlist", {"tool": block})
     assert r.status_code == 400
@@ -200,8 +202,7 @@ def test_it_answers_400_when_the_prefix_is_missing(api, agenvoy_home, block):
 def test_it_answers_400_for_an_entry_outside_the_prefix_and_leaves_the_file_alone(api, agenvoy_home):
     _write_allow(agenvoy_home, "mcp__a__x\nmcp__b__y\n")
     before = _read_allow(agenvoy_home)
-    r = api.post("/v1/allowlist",
-                 {"tool": {"prefix": "mcp__a__", "entries": ["mcp__a__z", "mcp__b__evil"]}})
+    r = api.post("/v1/allowlist", {"tool": {"prefix": "mcp__a__", "entries": ["mcp__a__z", "mcp__b__evil"]}})
     assert r.status_code == 400
     assert r.json() == {"error": "every entry must start with the prefix: mcp__b__evil"}
     assert _read_allow(agenvoy_home) == before
@@ -211,9 +212,14 @@ def test_it_answers_400_for_an_entry_outside_the_prefix_and_leaves_the_file_alon
 def test_it_leaves_the_file_unchanged_after_any_failed_edit(api, agenvoy_home):
     _write_allow(agenvoy_home, "zz\nmcp__a__x\n\n# c\n")
     before = _read_allow(agenvoy_home)
-    for body in ({}, {"tool": {}}, {"tool": {"prefix": "mcp__a__", "entries": ["x"]}},
-                 {"tool": {"prefix": "mcp__a__", "entries": "mcp__a__y"}},
-                 {"tool": {"prefix": "mcp__a__", "entries": [1]}}, {"tool": "mcp__a__"}):
+    for body in (
+        {},
+        {"tool": {}},
+        {"tool": {"prefix": "mcp__a__", "entries": ["x"]}},
+        {"tool": {"prefix": "mcp__a__", "entries": "mcp__a__y"}},
+        {"tool": {"prefix": "mcp__a__", "entries": [1]}},
+        {"tool": "mcp__a__"},
+    ):
         r = api.post("/v1/allowlist", body)
         assert r.status_code == 400, body
         assert set(r.json()) == {"error"}
@@ -224,15 +230,16 @@ def test_it_leaves_the_file_unchanged_after_any_failed_edit(api, agenvoy_home):
 @pytest.mark.django_db
 def test_it_replaces_a_prefix_and_writes_the_file_sorted(api, agenvoy_home):
     _write_allow(agenvoy_home, "mcp__c__y\nmcp__a__old\nmcp__b__*\n\n# note\nmcp__ab__x\n")
-    r = api.post("/v1/allowlist",
-                 {"tool": {"prefix": "mcp__a__", "entries": ["mcp__a__z", "mcp__a__m"]}})
+    r = api.post("/v1/allowlist", {"tool": {"prefix": "mcp__a__", "entries": ["mcp__a__z", "mcp__a__m"]}})
     assert r.status_code == 200
     assert r.json() == {"ok": True, "tool": {"entries": ["mcp__a__m", "mcp__a__z"]}}
-    assert _read_allow(agenvoy_home) == (
-        b"mcp__a__m\nmcp__a__z\nmcp__ab__x\nmcp__b__*\nmcp__c__y\n"
-    )
+    assert _read_allow(agenvoy_home) == (b"mcp__a__m\nmcp__a__z\nmcp__ab__x\nmcp__b__*\nmcp__c__y\n")
     assert list(AllowEntry.objects.values_list("entry", flat=True)) == [
-        "mcp__a__m", "mcp__a__z", "mcp__ab__x", "mcp__b__*", "mcp__c__y"
+        "mcp__a__m",
+        "mcp__a__z",
+        "mcp__ab__x",
+        "mcp__b__*",
+        "mcp__c__y",
     ]
 
 
@@ -250,8 +257,7 @@ def test_it_keeps_other_prefixes_lines_exactly(api, agenvoy_home):
 @pytest.mark.django_db
 def test_it_collapses_to_the_star_line_through_the_api(api, agenvoy_home):
     _write_allow(agenvoy_home, "mcp__a__x\nmcp__a__y\n")
-    r = api.post("/v1/allowlist",
-                 {"tool": {"prefix": "mcp__a__", "entries": ["mcp__a__q", "mcp__a__*"]}})
+    r = api.post("/v1/allowlist", {"tool": {"prefix": "mcp__a__", "entries": ["mcp__a__q", "mcp__a__*"]}})
     assert r.json() == {"ok": True, "tool": {"entries": ["mcp__a__*"]}}
     assert _read_allow(agenvoy_home) == b"mcp__a__*\n"
 

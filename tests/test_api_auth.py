@@ -15,8 +15,13 @@ from mcpcore.models import ApiToken
 AUTH_REQUIRED = {"error": "authentication required"}
 PUBLIC = {"/v1/openapi.json"}
 
-_SAMPLES = {"str": "sample", "slug": "sample-slug", "int": "7", "path": "some/where",
-            "uuid": "6f1d2b1c-0000-4000-8000-000000000001"}
+_SAMPLES = {
+    "str": "sample",
+    "slug": "sample-slug",
+    "int": "7",
+    "path": "some/where",
+    "uuid": "6f1d2b1c-0000-4000-8000-000000000001",
+}
 
 
 def _concrete(route: str) -> str:
@@ -52,10 +57,22 @@ PROTECTED = [p for p in V1_PATHS if p not in PUBLIC]
 
 def test_it_finds_every_v1_route_in_the_resolver():
     # A sanity check of the walk itself: the routes of SPEC 7 are all there.
-    for path in ["/v1/mcp", "/v1/mcp/remove", "/v1/mcp/status", "/v1/mcp/reconnect",
-                 "/v1/mcp/tools", "/v1/allowlist", "/v1/mcp/call", "/v1/mcp/calls/sample",
-                 "/v1/mcp/calls/sample/cancel", "/v1/pending", "/v1/mcp/instructions",
-                 "/v1/session/sample/confirm/sample", "/v1/openapi.json", "/v1/some/where"]:
+    for path in [
+        "/v1/mcp",
+        "/v1/mcp/remove",
+        "/v1/mcp/status",
+        "/v1/mcp/reconnect",
+        "/v1/mcp/tools",
+        "/v1/allowlist",
+        "/v1/mcp/call",
+        "/v1/mcp/calls/sample",
+        "/v1/mcp/calls/sample/cancel",
+        "/v1/pending",
+        "/v1/mcp/instructions",
+        "/v1/session/sample/confirm/sample",
+        "/v1/openapi.json",
+        "/v1/some/where",
+    ]:
         assert path in V1_PATHS
     assert not any("<" in p for p in V1_PATHS)
 
@@ -96,10 +113,20 @@ def test_it_serves_the_openapi_description_without_a_token():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("header", [
-    "Token {t}", "Basic {t}", "{t}", "Bearer", "Bearer ", "Bearer  ", "Bearer wrong-{t}",
-    "Bearer {t}x", "Bearer agv_nonexistent",
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Token {t}",
+        "Basic {t}",
+        "{t}",
+        "Bearer",
+        "Bearer ",
+        "Bearer  ",
+        "Bearer wrong-{t}",
+        "Bearer {t}x",
+        "Bearer agv_nonexistent",
+    ],
+)
 def test_it_answers_401_for_a_wrong_scheme_or_an_unknown_token(api_token, header):
     r = Client().get("/v1/mcp", HTTP_AUTHORIZATION=header.format(t=api_token))
     assert r.status_code == 401
@@ -151,13 +178,24 @@ def test_it_answers_404_json_for_an_unknown_route(api, path):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("method, path", [
-    ("get", "/v1/mcp/remove"), ("get", "/v1/mcp/reconnect"), ("get", "/v1/mcp/call"),
-    ("post", "/v1/mcp/status"), ("post", "/v1/mcp/tools"), ("post", "/v1/pending"),
-    ("post", "/v1/mcp/instructions"), ("get", "/v1/session/s/confirm/c"),
-    ("post", f"/v1/mcp/calls/{uuid.uuid4()}"), ("get", f"/v1/mcp/calls/{uuid.uuid4()}/cancel"),
-    ("put", "/v1/mcp"), ("delete", "/v1/mcp"), ("patch", "/v1/allowlist"),
-])
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("get", "/v1/mcp/remove"),
+        ("get", "/v1/mcp/reconnect"),
+        ("get", "/v1/mcp/call"),
+        ("post", "/v1/mcp/status"),
+        ("post", "/v1/mcp/tools"),
+        ("post", "/v1/pending"),
+        ("post", "/v1/mcp/instructions"),
+        ("get", "/v1/session/s/confirm/c"),
+        ("post", f"/v1/mcp/calls/{uuid.uuid4()}"),
+        ("get", f"/v1/mcp/calls/{uuid.uuid4()}/cancel"),
+        ("put", "/v1/mcp"),
+        ("delete", "/v1/mcp"),
+        ("patch", "/v1/allowlist"),
+    ],
+)
 def test_it_answers_405_json_for_a_wrong_method(client, api_token, method, path):
     r = getattr(client, method)(path, HTTP_AUTHORIZATION=f"Bearer {api_token}")
     assert r.status_code == 405
@@ -166,14 +204,19 @@ def test_it_answers_405_json_for_a_wrong_method(client, api_token, method, path)
     assert set(body) == {"error"} and isinstance(body["error"], str) and body["error"]
 
 
-BODY_ROUTES = ["/v1/mcp", "/v1/mcp/remove", "/v1/allowlist", "/v1/mcp/call", "/v1/mcp/reconnect",
-               f"/v1/session/s1/confirm/{uuid.uuid4()}"]
+BODY_ROUTES = [
+    "/v1/mcp",
+    "/v1/mcp/remove",
+    "/v1/allowlist",
+    "/v1/mcp/call",
+    "/v1/mcp/reconnect",
+    f"/v1/session/s1/confirm/{uuid.uuid4()}",
+]
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("path", BODY_ROUTES)
-@pytest.mark.parametrize("raw", ["{", "not json", '{"name": }', "\xff\xfe", "[1, 2]", '"text"',
-                                 "null", "42"])
+@pytest.mark.parametrize("raw", ["{", "not json", '{"name": }', "\xff\xfe", "[1, 2]", '"text"', "null", "42"])
 def test_it_answers_400_json_for_a_malformed_body(api, agenvoy_home, path, raw):
     r = api.post(path, raw=raw)
     assert r.status_code == 400, (path, raw, r.status_code, r.content)
@@ -183,8 +226,12 @@ def test_it_answers_400_json_for_a_malformed_body(api, agenvoy_home, path, raw):
 
 @pytest.mark.django_db
 def test_it_answers_400_for_a_body_that_is_not_utf8(client, api_token, agenvoy_home):
-    r = client.post("/v1/mcp", data=b'{"name": "\xff"}', content_type="application/json",
-                    HTTP_AUTHORIZATION=f"Bearer {api_token}")
+    r = client.post(
+        "/v1/mcp",
+        data=b'{"name": "\xff"}',
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {api_token}",
+    )
     assert r.status_code == 400
     assert set(r.json()) == {"error"}
 
@@ -192,8 +239,12 @@ def test_it_answers_400_for_a_body_that_is_not_utf8(client, api_token, agenvoy_h
 @pytest.mark.django_db
 @pytest.mark.parametrize("path", PROTECTED)
 def test_it_never_answers_500_to_bad_input_on_any_route(api, agenvoy_home, path):
-    for r in (api.get(path), api.get(path + "?wait=abc&prefix=%00"), api.post(path, raw="{"),
-              api.post(path, {"name": 1, "server": [], "tool": 3, "wait": "x", "arguments": 5})):
+    for r in (
+        api.get(path),
+        api.get(path + "?wait=abc&prefix=%00"),
+        api.post(path, raw="{"),
+        api.post(path, {"name": 1, "server": [], "tool": 3, "wait": "x", "arguments": 5}),
+    ):
         assert r.status_code < 500, (path, r.status_code, r.content)
         assert r["Content-Type"].startswith("application/json")
         if r.status_code >= 400:

@@ -25,20 +25,39 @@ def _write(home, data: dict) -> None:
 
 
 def test_it_masks_every_env_and_headers_value(api, agenvoy_home):
-    _write(agenvoy_home, {"servers": {
-        "local": {"command": "npx", "args": ["-y", "pkg", "${GH}"],
-                  "env": {"TOKEN": "${GH}", "PLAIN": "not-secret-looking", "EMPTY": ""}},
-        "remote": {"url": "https://host/mcp",
-                   "headers": {"Authorization": "Bearer abc", "X-Key": "k"}, "x-note": "n"},
-    }})
+    _write(
+        agenvoy_home,
+        {
+            "servers": {
+                "local": {
+                    "command": "npx",
+                    "args": ["-y", "pkg", "${GH}"],
+                    "env": {"TOKEN": "${GH}", "PLAIN": "not-secret-looking", "EMPTY": ""},
+                },
+                "remote": {
+                    "url": "https://host/mcp",
+                    "headers": {"Authorization": "Bearer abc", "X-Key": "k"},
+                    "x-note": "n",
+                },
+            }
+        },
+    )
     r = api.get("/v1/mcp")
     assert r.status_code == 200
-    assert r.json() == {"servers": {
-        "local": {"command": "npx", "args": ["-y", "pkg", "${GH}"],
-                  "env": {"TOKEN": MASK, "PLAIN": MASK, "EMPTY": MASK}},
-        "remote": {"url": "https://host/mcp",
-                   "headers": {"Authorization": MASK, "X-Key": MASK}, "x-note": "n"},
-    }}
+    assert r.json() == {
+        "servers": {
+            "local": {
+                "command": "npx",
+                "args": ["-y", "pkg", "${GH}"],
+                "env": {"TOKEN": MASK, "PLAIN": MASK, "EMPTY": MASK},
+            },
+            "remote": {
+                "url": "https://host/mcp",
+                "headers": {"Authorization": MASK, "X-Key": MASK},
+                "x-note": "n",
+            },
+        }
+    }
     text = r.content.decode()
     for secret in ("Bearer abc", "not-secret-looking"):
         assert secret not in text
@@ -57,8 +76,9 @@ def test_it_masks_secrets_written_through_the_api(api, agenvoy_home):
 # --- POST: errors -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("body", [{}, {"name": ""}, {"name": "   "}, {"name": None}, {"name": 5},
-                                  {"server": {"command": "x"}}])
+@pytest.mark.parametrize(
+    "body", [{}, {"name": ""}, {"name": "   "}, {"name": None}, {"name": 5}, {"server": {"command": "x"}}]
+)
 def test_it_answers_400_name_is_required(api, agenvoy_home, body):
     r = api.post("/v1/mcp", body)
     assert r.status_code == 400
@@ -66,14 +86,17 @@ def test_it_answers_400_name_is_required(api, agenvoy_home, body):
     assert not (agenvoy_home / "mcp.json").exists()
 
 
-@pytest.mark.parametrize("name, why", [
-    ("a__b", "must not contain '__'"),
-    ("_a", "must not start or end with '_'"),
-    ("a_", "must not start or end with '_'"),
-    ("a b", "only ASCII letters, digits, '-' and '_' are allowed"),
-    ("ü", "only ASCII letters, digits, '-' and '_' are allowed"),
-    ("x" * 65, "must be at most 64 characters"),
-])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("a__b", "must not contain '__'"),
+        ("_a", "must not start or end with '_'"),
+        ("a_", "must not start or end with '_'"),
+        ("a b", "only ASCII letters, digits, '-' and '_' are allowed"),
+        ("ü", "only ASCII letters, digits, '-' and '_' are allowed"),
+        ("x" * 65, "must be at most 64 characters"),
+    ],
+)
 def test_it_answers_400_for_an_invalid_server_name(api, agenvoy_home, name, why):
     r = api.post("/v1/mcp", {"name": name, "server": {"command": "x"}})
     assert r.status_code == 400
@@ -82,9 +105,21 @@ def test_it_answers_400_for_an_invalid_server_name(api, agenvoy_home, name, why)
     assert not Server.objects.exists()
 
 
-@pytest.mark.parametrize("server", [None, {}, {"args": ["x"]}, {"command": ""}, {"url": " "},
-                                    {"command": None, "url": None}, {"command": ["npx"]},
-                                    "npx", [], {"type": "sse"}])
+@pytest.mark.parametrize(
+    "server",
+    [
+        None,
+        {},
+        {"args": ["x"]},
+        {"command": ""},
+        {"url": " "},
+        {"command": None, "url": None},
+        {"command": ["npx"]},
+        "npx",
+        [],
+        {"type": "sse"},
+    ],
+)
 def test_it_answers_400_when_neither_command_nor_url_is_given(api, agenvoy_home, server):
     body = {"name": "s"} if server is None else {"name": "s", "server": server}
     r = api.post("/v1/mcp", body)
@@ -96,10 +131,14 @@ def test_it_answers_400_when_neither_command_nor_url_is_given(api, agenvoy_home,
 def test_it_leaves_mcp_json_byte_for_byte_after_a_rejected_post(api, agenvoy_home):
     (agenvoy_home / "mcp.json").write_text('{"servers":{"a":{"command":"x"}}}')
     before = (agenvoy_home / "mcp.json").read_bytes()
-    for body in ({}, {"name": "a__b", "server": {"command": "x"}}, {"name": "a", "server": {}},
-                 {"name": "a", "server": {"command": "x", "args": "not-a-list"}},
-                 {"name": "a", "server": {"command": "x", "env": {"K": 1}}},
-                 {"name": "a", "server": {"command": "x", "type": "websocket"}}):
+    for body in (
+        {},
+        {"name": "a__b", "server": {"command": "x"}},
+        {"name": "a", "server": {}},
+        {"name": "a", "server": {"command": "x", "args": "not-a-list"}},
+        {"name": "a", "server": {"command": "x", "env": {"K": 1}}},
+        {"name": "a", "server": {"command": "x", "type": "websocket"}},
+    ):
         r = api.post("/v1/mcp", body)
         assert r.status_code == 400, body
         assert set(r.json()) == {"error"}
@@ -122,15 +161,18 @@ def test_it_adds_a_stdio_server_to_the_file_and_the_database(api, agenvoy_home):
     assert row.state != "error"
 
 
-@pytest.mark.parametrize("config, transport", [
-    ({"url": "https://h/mcp"}, "streamable-http"),
-    ({"url": "https://h/mcp", "command": "npx"}, "streamable-http"),  # url wins over command
-    ({"url": "  ", "command": "npx"}, "stdio"),  # an empty url doesn't
-    ({"url": "https://h/sse", "type": "sse"}, "sse"),
-    ({"url": "https://h/mcp", "type": "streamable-http"}, "streamable-http"),
-    ({"url": "https://h/mcp", "type": "http"}, "streamable-http"),
-    ({"command": "npx", "type": "stdio"}, "stdio"),
-])
+@pytest.mark.parametrize(
+    "config, transport",
+    [
+        ({"url": "https://h/mcp"}, "streamable-http"),
+        ({"url": "https://h/mcp", "command": "npx"}, "streamable-http"),  # url wins over command
+        ({"url": "  ", "command": "npx"}, "stdio"),  # an empty url doesn't
+        ({"url": "https://h/sse", "type": "sse"}, "sse"),
+        ({"url": "https://h/mcp", "type": "streamable-http"}, "streamable-http"),
+        ({"url": "https://h/mcp", "type": "http"}, "streamable-http"),
+        ({"command": "npx", "type": "stdio"}, "stdio"),
+    ],
+)
 def test_it_derives_the_transport(api, agenvoy_home, config, transport):
     r = api.post("/v1/mcp", {"name": "s", "server": config})
     assert r.status_code == 200, r.content
@@ -140,14 +182,12 @@ def test_it_derives_the_transport(api, agenvoy_home, config, transport):
 
 
 def test_it_keeps_disabled_and_timeout_settings(api, agenvoy_home):
-    r = api.post("/v1/mcp", {"name": "s", "server": {"command": "x", "disabled": True,
-                                                     "timeout": 12.5}})
+    r = api.post("/v1/mcp", {"name": "s", "server": {"command": "x", "disabled": True, "timeout": 12.5}})
     assert r.status_code == 200
     row = Server.objects.get(name="s")
     assert not row.enabled and row.state == "disabled"
     assert row.call_timeout == 12.5
-    assert _file(agenvoy_home)["servers"]["s"] == {"command": "x", "disabled": True,
-                                                   "timeout": 12.5}
+    assert _file(agenvoy_home)["servers"]["s"] == {"command": "x", "disabled": True, "timeout": 12.5}
 
 
 def test_it_replaces_an_existing_server(api, agenvoy_home):
@@ -161,12 +201,26 @@ def test_it_replaces_an_existing_server(api, agenvoy_home):
 
 
 def test_it_keeps_the_stored_secret_when_the_mask_is_posted_back(api, agenvoy_home):
-    api.post("/v1/mcp", {"name": "gh", "server": {
-        "command": "npx", "env": {"TOKEN": "s3cret", "OTHER": "o"},
-    }})
-    api.post("/v1/mcp", {"name": "web", "server": {
-        "url": "https://h/mcp", "headers": {"Authorization": "Bearer xyz"},
-    }})
+    api.post(
+        "/v1/mcp",
+        {
+            "name": "gh",
+            "server": {
+                "command": "npx",
+                "env": {"TOKEN": "s3cret", "OTHER": "o"},
+            },
+        },
+    )
+    api.post(
+        "/v1/mcp",
+        {
+            "name": "web",
+            "server": {
+                "url": "https://h/mcp",
+                "headers": {"Authorization": "Bearer xyz"},
+            },
+        },
+    )
     shown = api.get("/v1/mcp").json()["servers"]
     assert shown["gh"]["env"] == {"TOKEN": MASK, "OTHER": MASK}
 
@@ -176,8 +230,11 @@ def test_it_keeps_the_stored_secret_when_the_mask_is_posted_back(api, agenvoy_ho
     assert api.post("/v1/mcp", {"name": "web", "server": shown["web"]}).status_code == 200
 
     servers = _file(agenvoy_home)["servers"]
-    assert servers["gh"] == {"command": "npx", "args": ["new"],
-                             "env": {"TOKEN": "s3cret", "OTHER": "changed"}}
+    assert servers["gh"] == {
+        "command": "npx",
+        "args": ["new"],
+        "env": {"TOKEN": "s3cret", "OTHER": "changed"},
+    }
     assert servers["web"] == {"url": "https://h/mcp", "headers": {"Authorization": "Bearer xyz"}}
     assert MASK not in (agenvoy_home / "mcp.json").read_text()
     assert Server.objects.get(name="gh").config["env"]["TOKEN"] == "s3cret"
@@ -213,8 +270,9 @@ def test_it_removes_a_server_from_the_file_and_the_database_with_its_tools(api, 
     a = Server.objects.get(name="a")
     Tool.objects.create(server=a, tool_name="t1", registered_name="mcp__a__t1")
     Tool.objects.create(server=a, tool_name="t2", registered_name="mcp__a__t2")
-    b_tool = Tool.objects.create(server=Server.objects.get(name="b"), tool_name="t",
-                                 registered_name="mcp__b__t")
+    b_tool = Tool.objects.create(
+        server=Server.objects.get(name="b"), tool_name="t", registered_name="mcp__b__t"
+    )
 
     r = api.post("/v1/mcp/remove", {"name": "a"})
     assert r.status_code == 200
@@ -236,8 +294,9 @@ def test_it_removes_a_server_from_the_file_and_the_database_with_its_tools(api, 
 
 
 def test_it_shows_a_server_without_command_or_url_as_misconfigured(api, agenvoy_home):
-    _write(agenvoy_home, {"servers": {"broken": {"args": ["x"], "env": {"K": "v"}},
-                                      "fine": {"command": "x"}}})
+    _write(
+        agenvoy_home, {"servers": {"broken": {"args": ["x"], "env": {"K": "v"}}, "fine": {"command": "x"}}}
+    )
     row = Server.objects.get(name="broken")
     assert row.state == "error"
     assert row.last_error

@@ -17,8 +17,9 @@ PNG = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def c(tmp_path_factory):
     base = tmp_path_factory.mktemp("calls")
-    console = Console(base, {"every": everything_stdio(), "echo": our_server("echo.py")},
-                      {"AGENVOY_CALL_TIMEOUT": "2"}).start()
+    console = Console(
+        base, {"every": everything_stdio(), "echo": our_server("echo.py")}, {"AGENVOY_CALL_TIMEOUT": "2"}
+    ).start()
     console.wait_connected("every", "echo")
     yield console
     console.close()
@@ -48,7 +49,7 @@ def test_it_returns_an_image_as_a_data_url_that_decodes_to_png(c):
     result = json.loads(body["result"])
     prefix = "data:image/png;base64,"
     assert result["image_0"].startswith(prefix)
-    assert base64.b64decode(result["image_0"][len(prefix):]).startswith(PNG)
+    assert base64.b64decode(result["image_0"][len(prefix) :]).startswith(PNG)
     assert "text" in result
 
 
@@ -98,8 +99,9 @@ def test_it_answers_a_waiting_call_when_approved(c):
 
     t = threading.Thread(target=call)
     t.start()
-    pend = wait_until(lambda: [p for p in c.get("/v1/pending").json()["pending"]
-                               if p["session_id"] == "waiting-s"], 10)
+    pend = wait_until(
+        lambda: [p for p in c.get("/v1/pending").json()["pending"] if p["session_id"] == "waiting-s"], 10
+    )
     c.post(f"/v1/session/waiting-s/confirm/{pend[0]['id']}", {"approve": True})
     t.join(20)
     assert out["r"].status_code == 200 and "42" in out["r"].json()["result"]
@@ -165,9 +167,11 @@ def test_it_bars_auto_for_tokens_without_the_right(c):
     token = c.manage("create_token", "noauto", "--no-auto").strip()
     import httpx2
 
-    r = httpx2.post(c.url + "/v1/mcp/call", json={"name": "mcp__every__echo", "mode": "auto",
-                                                   "arguments": {"message": "x"}},
-                    headers={"Authorization": f"Bearer {token}"})
+    r = httpx2.post(
+        c.url + "/v1/mcp/call",
+        json={"name": "mcp__every__echo", "mode": "auto", "arguments": {"message": "x"}},
+        headers={"Authorization": f"Bearer {token}"},
+    )
     assert r.status_code == 403 and r.json() == {"error": "this token may not use auto mode"}
 
 
@@ -186,8 +190,9 @@ def test_it_keeps_a_call_with_progress_alive_past_the_timeout_and_can_cancel_it(
     r = c.call("mcp__every__trigger-long-running-operation", {"duration": 4, "steps": 8}, mode="auto")
     assert r.json()["status"] == "done", r.text
     assert "completed" in r.json()["result"] and time.monotonic() - started >= 4
-    r = c.call("mcp__every__trigger-long-running-operation", {"duration": 30, "steps": 60},
-               mode="auto", wait=0)
+    r = c.call(
+        "mcp__every__trigger-long-running-operation", {"duration": 30, "steps": 60}, mode="auto", wait=0
+    )
     assert r.status_code == 202
     call_id = r.json()["call_id"]
     time.sleep(1)

@@ -77,27 +77,40 @@ def _json_file(tmp_path, data, name="import.json"):
 
 
 def test_it_imports_the_mcp_servers_shape(tmp_path, agenvoy_home):
-    src = _json_file(tmp_path, {"mcpServers": {
-        "fs": {"command": "npx", "args": ["-y", "server-filesystem", "/tmp"]},
-        "remote": {"url": "https://r/mcp", "headers": {"Authorization": "tok"}},
-    }})
+    src = _json_file(
+        tmp_path,
+        {
+            "mcpServers": {
+                "fs": {"command": "npx", "args": ["-y", "server-filesystem", "/tmp"]},
+                "remote": {"url": "https://r/mcp", "headers": {"Authorization": "tok"}},
+            }
+        },
+    )
     out = _run("import_config", src)
     assert "imported 2 servers" in out
     data = json.loads((agenvoy_home / "mcp.json").read_text())
-    assert data == {"servers": {
-        "fs": {"command": "npx", "args": ["-y", "server-filesystem", "/tmp"]},
-        "remote": {"url": "https://r/mcp", "headers": {"Authorization": "tok"}},
-    }}
+    assert data == {
+        "servers": {
+            "fs": {"command": "npx", "args": ["-y", "server-filesystem", "/tmp"]},
+            "remote": {"url": "https://r/mcp", "headers": {"Authorization": "tok"}},
+        }
+    }
     assert sorted(Server.objects.values_list("name", flat=True)) == ["fs", "remote"]
     assert Server.objects.get(name="remote").transport == "streamable-http"
 
 
 def test_it_imports_the_servers_shape_and_vs_code_types(tmp_path, agenvoy_home):
-    src = _json_file(tmp_path, {"inputs": [], "servers": {
-        "h": {"type": "http", "url": "https://h/mcp"},
-        "s": {"type": "sse", "url": "https://s/sse"},
-        "io": {"type": "stdio", "command": "node"},
-    }})
+    src = _json_file(
+        tmp_path,
+        {
+            "inputs": [],
+            "servers": {
+                "h": {"type": "http", "url": "https://h/mcp"},
+                "s": {"type": "sse", "url": "https://s/sse"},
+                "io": {"type": "stdio", "command": "node"},
+            },
+        },
+    )
     out = _run("import_config", src)
     assert "imported 3 servers" in out
     transports = dict(Server.objects.values_list("name", "transport"))
@@ -105,24 +118,28 @@ def test_it_imports_the_servers_shape_and_vs_code_types(tmp_path, agenvoy_home):
 
 
 def test_it_merges_an_import_into_the_existing_servers(tmp_path, agenvoy_home):
-    (agenvoy_home / "mcp.json").write_text(json.dumps(
-        {"x-top": True, "servers": {"keep": {"command": "k"}, "fs": {"command": "old"}}}))
+    (agenvoy_home / "mcp.json").write_text(
+        json.dumps({"x-top": True, "servers": {"keep": {"command": "k"}, "fs": {"command": "old"}}})
+    )
     out = _run("import_config", _json_file(tmp_path, {"mcpServers": {"fs": {"command": "new"}}}))
     assert "imported 1 server" in out
     data = json.loads((agenvoy_home / "mcp.json").read_text())
     assert data == {"x-top": True, "servers": {"keep": {"command": "k"}, "fs": {"command": "new"}}}
 
 
-@pytest.mark.parametrize("content", [
-    "not json",
-    '{"mcpServers": {"a": {"command": "x"}}',  # cut short
-    "[]",
-    json.dumps({"something": {}}),
-    json.dumps({"mcpServers": {}}),
-    json.dumps({"mcpServers": {"ok": {"command": "x"}, "a__b": {"command": "y"}}}),
-    json.dumps({"mcpServers": {"ok": {"command": "x"}, "bad": {"args": ["y"]}}}),
-    json.dumps({"mcpServers": {"bad name": {"command": "x"}}}),
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "not json",
+        '{"mcpServers": {"a": {"command": "x"}}',  # cut short
+        "[]",
+        json.dumps({"something": {}}),
+        json.dumps({"mcpServers": {}}),
+        json.dumps({"mcpServers": {"ok": {"command": "x"}, "a__b": {"command": "y"}}}),
+        json.dumps({"mcpServers": {"ok": {"command": "x"}, "bad": {"args": ["y"]}}}),
+        json.dumps({"mcpServers": {"bad name": {"command": "x"}}}),
+    ],
+)
 def test_it_refuses_a_file_it_cannot_use_and_imports_nothing(tmp_path, agenvoy_home, content):
     existing = '{"servers": {"keep": {"command": "k"}}}'
     (agenvoy_home / "mcp.json").write_text(existing)
@@ -165,8 +182,9 @@ def test_it_creates_the_admin_once_and_prints_its_password():
     assert User.objects.count() == 1
     admin = User.objects.get(username="admin")
     assert admin.is_superuser and admin.is_staff
-    password = next(line.split(":", 1)[1].strip() for line in out.splitlines()
-                    if line.strip().startswith("password:"))
+    password = next(
+        line.split(":", 1)[1].strip() for line in out.splitlines() if line.strip().startswith("password:")
+    )
     assert admin.check_password(password)
     assert "admin" in out
 

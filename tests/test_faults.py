@@ -89,8 +89,7 @@ def db_rows(c: Console, sql: str, *params) -> list[tuple]:
 
 
 def client(c: Console, timeout: float = 120) -> httpx2.Client:
-    return httpx2.Client(base_url=c.url, timeout=timeout,
-                         headers={"Authorization": f"Bearer {c.token}"})
+    return httpx2.Client(base_url=c.url, timeout=timeout, headers={"Authorization": f"Bearer {c.token}"})
 
 
 def p50(values: list[float]) -> float:
@@ -144,8 +143,12 @@ CALL_BOUND = 2 * (CALL_TIMEOUT + CONNECT_TIMEOUT) + 5
 
 
 def test_every_call_ends_cleanly_while_the_server_is_killed_five_times(console):
-    c = console({"echo": our_server("echo.py")}, AGENVOY_CALL_TIMEOUT=CALL_TIMEOUT,
-                AGENVOY_PING_SECONDS=1, AGENVOY_CONNECT_TIMEOUT=CONNECT_TIMEOUT)
+    c = console(
+        {"echo": our_server("echo.py")},
+        AGENVOY_CALL_TIMEOUT=CALL_TIMEOUT,
+        AGENVOY_PING_SECONDS=1,
+        AGENVOY_CONNECT_TIMEOUT=CONNECT_TIMEOUT,
+    )
     c.wait_connected("echo", timeout=60)
     rng = random.Random(7)
     plan = []
@@ -171,13 +174,18 @@ def test_every_call_ends_cleanly_while_the_server_is_killed_five_times(console):
                 name, args, _ = plan[i]
                 started = time.monotonic()
                 try:
-                    r = http.post("/v1/mcp/call", json={"name": name, "arguments": args,
-                                                         "mode": "auto", "wait": 120})
+                    r = http.post(
+                        "/v1/mcp/call", json={"name": name, "arguments": args, "mode": "auto", "wait": 120}
+                    )
                 except BaseException as exc:  # a hang shows up as the client's timeout
                     errors.append(exc)
                     return
-                outcomes[i] = {"code": r.status_code, "body": r.json(), "started": started,
-                               "ended": time.monotonic()}
+                outcomes[i] = {
+                    "code": r.status_code,
+                    "body": r.json(),
+                    "started": started,
+                    "ended": time.monotonic(),
+                }
 
     kills: list[dict] = []
     kill_errors: list[BaseException] = []
@@ -236,9 +244,11 @@ def test_every_call_ends_cleanly_while_the_server_is_killed_five_times(console):
             assert body["status"] in ("error", "interrupted"), (i, body)
             assert isinstance(body["result"], str) and body["result"].strip(), (i, body)
             failed += 1
-    print(f"\nkill storm: {done} done, {failed} clear errors, {unavailable} x 503; "
-          f"call time p50 {p50(durations) * 1000:.0f} ms, max {max(durations):.2f} s; "
-          f"server back after {[round(k['back_after'], 2) for k in kills]} s")
+    print(
+        f"\nkill storm: {done} done, {failed} clear errors, {unavailable} x 503; "
+        f"call time p50 {p50(durations) * 1000:.0f} ms, max {max(durations):.2f} s; "
+        f"server back after {[round(k['back_after'], 2) for k in kills]} s"
+    )
     assert max(durations) <= CALL_BOUND, max(durations)
     # The kills happened while calls were being made.
     last_end = max(o["ended"] for o in outcomes)
@@ -272,8 +282,10 @@ def _echo_latencies(http: httpx2.Client, n: int, bad: list, until: float = math.
         if time.monotonic() >= until:
             break
         started = time.perf_counter()
-        r = http.post("/v1/mcp/call", json={"name": "mcp__echo__echo", "mode": "auto", "wait": 60,
-                                             "arguments": {"text": f"lat-{i}"}})
+        r = http.post(
+            "/v1/mcp/call",
+            json={"name": "mcp__echo__echo", "mode": "auto", "wait": 60, "arguments": {"text": f"lat-{i}"}},
+        )
         out.append(time.perf_counter() - started)
         if r.status_code != 200 or r.json().get("result") != f"lat-{i}":
             bad.append(f"{r.status_code} after {out[-1]:.1f}s: {r.text[:200]}")
@@ -281,9 +293,11 @@ def _echo_latencies(http: httpx2.Client, n: int, bad: list, until: float = math.
 
 
 def test_a_stalled_call_ends_at_its_timeout_while_other_servers_keep_their_latency(console):
-    c = console({"echo": our_server("echo.py"),
-                 "stall": {**our_server("stall.py"), "timeout": STALL_TIMEOUT}},
-                AGENVOY_PING_SECONDS=1, AGENVOY_CALL_TIMEOUT=30)
+    c = console(
+        {"echo": our_server("echo.py"), "stall": {**our_server("stall.py"), "timeout": STALL_TIMEOUT}},
+        AGENVOY_PING_SECONDS=1,
+        AGENVOY_CALL_TIMEOUT=30,
+    )
     c.wait_connected("echo", "stall", timeout=60)
     bad: list[str] = []
     with client(c, timeout=90) as http:
@@ -295,8 +309,11 @@ def test_a_stalled_call_ends_at_its_timeout_while_other_servers_keep_their_laten
             assert r.status_code == 202 and r.json()["status"] == "running", r.text
             hung.append(r.json()["call_id"])
         hung_at = time.monotonic()
-        wait_until(lambda: all(http.get(f"/v1/mcp/calls/{i}").json()["started_at"] for i in hung),
-                   10, what="stalled calls started")
+        wait_until(
+            lambda: all(http.get(f"/v1/mcp/calls/{i}").json()["started_at"] for i in hung),
+            10,
+            what="stalled calls started",
+        )
         # Measured while the calls hang: stop starting calls well before their timeout.
         during = _echo_latencies(http, 50, bad, until=hung_at + STALL_TIMEOUT - 2)
         still = [http.get(f"/v1/mcp/calls/{i}").json()["status"] for i in hung]
@@ -304,14 +321,17 @@ def test_a_stalled_call_ends_at_its_timeout_while_other_servers_keep_their_laten
         after = _echo_latencies(http, 50, bad)
     base50 = max(p50(before), p50(after))  # the machine's load may drift: the kinder baseline
     hung50 = p50(during)
-    print(f"\necho p50 {p50(before) * 1000:.1f} ms before, {hung50 * 1000:.1f} ms beside 4 hung calls, "
-          f"{p50(after) * 1000:.1f} ms after (max {max(before) * 1000:.0f} / {max(during) * 1000:.0f} / "
-          f"{max(after) * 1000:.0f} ms); stalled calls ended "
-          f"{[(e['status'], e['duration']) for e in ends]}")
+    print(
+        f"\necho p50 {p50(before) * 1000:.1f} ms before, {hung50 * 1000:.1f} ms beside 4 hung calls, "
+        f"{p50(after) * 1000:.1f} ms after (max {max(before) * 1000:.0f} / {max(during) * 1000:.0f} / "
+        f"{max(after) * 1000:.0f} ms); stalled calls ended "
+        f"{[(e['status'], e['duration']) for e in ends]}"
+    )
     # The stalled calls end at their timeout, as errors that say so.
     for end in ends:
         assert end["status"] == "error" and end["result"] == (
-            f'tool "mcp__stall__stall" timed out after {STALL_TIMEOUT}s'), end
+            f'tool "mcp__stall__stall" timed out after {STALL_TIMEOUT}s'
+        ), end
         assert STALL_TIMEOUT - 0.5 <= end["duration"] <= STALL_TIMEOUT + 5, end
     assert still == ["running"] * 4, f"the echo calls were not measured during the hang: {still}"
     assert len(during) >= 5, f"only {len(during)} echo calls fit in the hang"
@@ -322,8 +342,11 @@ def test_a_stalled_call_ends_at_its_timeout_while_other_servers_keep_their_laten
     r = c.call("mcp__stall__echo", {"text": "alive"}, mode="auto", wait=20)
     assert r.status_code == 200 and r.json()["result"] == "alive", r.text
     log = c.data / "logs" / "stall.stderr.log"
-    wait_until(lambda: log.exists() and log.read_text().count("stall cancelled") >= 4, 5,
-               what="notifications/cancelled reaching the stalled server")
+    wait_until(
+        lambda: log.exists() and log.read_text().count("stall cancelled") >= 4,
+        5,
+        what="notifications/cancelled reaching the stalled server",
+    )
 
 
 def test_a_call_with_unencodable_arguments_does_not_break_the_session_for_other_calls(console):
@@ -334,8 +357,12 @@ def test_a_call_with_unencodable_arguments_does_not_break_the_session_for_other_
     pids = server_pids(c, "echo.py")
     slow = c.call("mcp__echo__sleep", {"seconds": 2}, mode="auto", wait=0).json()
     wait_until(lambda: c.get(f"/v1/mcp/calls/{slow['call_id']}").json()["started_at"], 10)
-    r = httpx2.post(c.url + "/v1/mcp/call", timeout=60, headers={"Authorization": f"Bearer {c.token}"},
-                    content=b'{"name": "mcp__echo__echo", "mode": "auto", "arguments": {"text": "\\ud800"}}')
+    r = httpx2.post(
+        c.url + "/v1/mcp/call",
+        timeout=60,
+        headers={"Authorization": f"Bearer {c.token}"},
+        content=b'{"name": "mcp__echo__echo", "mode": "auto", "arguments": {"text": "\\ud800"}}',
+    )
     print(f"\nlone surrogate call -> {r.status_code} {r.text[:200]}")
     assert r.status_code < 500, r.text
     if r.status_code >= 400:
@@ -368,8 +395,10 @@ def _huge_call_while_echoing(c: Console, tool: str, args: dict, timeout: float =
             i = 0
             while not stop.is_set():
                 started = time.perf_counter()
-                r = http.post("/v1/mcp/call", json={"name": "mcp__echo__echo", "mode": "auto",
-                                                     "arguments": {"text": f"side-{i}"}})
+                r = http.post(
+                    "/v1/mcp/call",
+                    json={"name": "mcp__echo__echo", "mode": "auto", "arguments": {"text": f"side-{i}"}},
+                )
                 latencies.append(time.perf_counter() - started)
                 if r.status_code != 200 or r.json().get("result") != f"side-{i}":
                     echo_errors.append(r.text[:300])
@@ -382,16 +411,19 @@ def _huge_call_while_echoing(c: Console, tool: str, args: dict, timeout: float =
         try:
             with client(c, timeout=timeout + 30) as http:
                 started = time.monotonic()
-                r = http.post("/v1/mcp/call", json={"name": tool, "arguments": args, "mode": "auto",
-                                                     "wait": timeout})
+                r = http.post(
+                    "/v1/mcp/call", json={"name": tool, "arguments": args, "mode": "auto", "wait": timeout}
+                )
                 took = time.monotonic() - started
         finally:
             stop.set()
             side.join(60)
-    print(f"\n{tool}({args}): answered in {took:.1f} s; serve RSS {rss.start_rss / 2**20:.0f} MB "
-          f"before, peak {rss.peak / 2**20:.0f} MB (bound {RSS_BOUND / 2**20:.0f} MB); "
-          f"{len(latencies)} echo calls meanwhile, p50 {p50(latencies or [0]) * 1000:.0f} ms "
-          f"(before: {p50(baseline) * 1000:.0f} ms), max {max(latencies or [0]) * 1000:.0f} ms")
+    print(
+        f"\n{tool}({args}): answered in {took:.1f} s; serve RSS {rss.start_rss / 2**20:.0f} MB "
+        f"before, peak {rss.peak / 2**20:.0f} MB (bound {RSS_BOUND / 2**20:.0f} MB); "
+        f"{len(latencies)} echo calls meanwhile, p50 {p50(latencies or [0]) * 1000:.0f} ms "
+        f"(before: {p50(baseline) * 1000:.0f} ms), max {max(latencies or [0]) * 1000:.0f} ms"
+    )
     return r, rss.peak, (echo_errors, latencies, baseline)
 
 
@@ -418,9 +450,12 @@ def _check_capped_text(c: Console, r) -> None:
     detail = c.get(f"/v1/mcp/calls/{body['call_id']}").json()
     assert detail["truncated"] is True
     # The history keeps the full result up to AGENVOY_HISTORY_MAX_BYTES (8 MiB by default).
-    (raw_len, raw_cut, result_bytes, raw_tail), = db_rows(
-        c, "SELECT length(raw_result), raw_truncated, result_bytes, substr(raw_result, -80) "
-           "FROM mcpcore_toolcall WHERE id = ?", body["call_id"].replace("-", ""))
+    ((raw_len, raw_cut, result_bytes, raw_tail),) = db_rows(
+        c,
+        "SELECT length(raw_result), raw_truncated, result_bytes, substr(raw_result, -80) "
+        "FROM mcpcore_toolcall WHERE id = ?",
+        body["call_id"].replace("-", ""),
+    )
     assert result_bytes == HUGE and raw_cut == 1
     raw_marker = MARKER.search(raw_tail)
     assert raw_marker and (int(raw_marker.group(1)), int(raw_marker.group(2))) == (HUGE, HISTORY_CAP)
@@ -429,10 +464,14 @@ def _check_capped_text(c: Console, r) -> None:
 
 def test_a_50_mb_result_over_http_is_capped_with_bounded_memory(console):
     port = free_port()
-    huge = subprocess.Popen([sys.executable, str(our_server("huge.py")["args"][0])],
-                            env={**os.environ, "HUGE_PORT": str(port)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    huge = subprocess.Popen(
+        [sys.executable, str(our_server("huge.py")["args"][0])],
+        env={**os.environ, "HUGE_PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
+
         def up():
             try:
                 httpx2.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
@@ -441,8 +480,9 @@ def test_a_50_mb_result_over_http_is_capped_with_bounded_memory(console):
                 return False
 
         wait_until(up, 60, what="huge.py over HTTP")
-        c = console({"echo": our_server("echo.py"),
-                     "huge": {"url": f"http://127.0.0.1:{port}/mcp", "timeout": 120}})
+        c = console(
+            {"echo": our_server("echo.py"), "huge": {"url": f"http://127.0.0.1:{port}/mcp", "timeout": 120}}
+        )
         c.wait_connected("echo", "huge", timeout=60)
         r, peak, side = _huge_call_while_echoing(c, "mcp__huge__text", {"n": HUGE})
         _check_capped_text(c, r)
@@ -468,8 +508,10 @@ def test_a_50_mb_result_over_http_is_capped_with_bounded_memory(console):
 def test_a_50_mb_result_over_stdio_is_capped_with_bounded_memory(console):
     # Pings every second (timeout 5 s): with the default 10 s the outcome depends on whether a
     # ping happens to be sent while the result is still arriving.
-    c = console({"echo": our_server("echo.py"), "huge": {**our_server("huge.py"), "timeout": 120}},
-                AGENVOY_PING_SECONDS=1)
+    c = console(
+        {"echo": our_server("echo.py"), "huge": {**our_server("huge.py"), "timeout": 120}},
+        AGENVOY_PING_SECONDS=1,
+    )
     c.wait_connected("echo", "huge", timeout=60)
     r, peak, side = _huge_call_while_echoing(c, "mcp__huge__text", {"n": HUGE})
     _check_capped_text(c, r)
@@ -484,15 +526,18 @@ def test_a_50_mb_result_over_stdio_is_capped_with_bounded_memory(console):
 
 def _temp_files(c: Console) -> dict[str, list[str]]:
     names = os.listdir(c.home)
-    return {f: sorted(n for n in names if n.startswith(f".{f}.") and n.endswith(".tmp"))
-            for f in ("allow_tool", "mcp.json")}
+    return {
+        f: sorted(n for n in names if n.startswith(f".{f}.") and n.endswith(".tmp"))
+        for f in ("allow_tool", "mcp.json")
+    }
 
 
 def test_kill_9_keeps_pending_calls_and_interrupts_running_ones(console):
     c = console({"echo": our_server("echo.py")})
     c.wait_connected("echo", timeout=60)
-    r = c.post("/v1/allowlist", {"tool": {"prefix": "mcp__other__",
-                                          "entries": ["mcp__other__a", "mcp__other__b"]}})
+    r = c.post(
+        "/v1/allowlist", {"tool": {"prefix": "mcp__other__", "entries": ["mcp__other__a", "mcp__other__b"]}}
+    )
     assert r.status_code == 200, r.text
     r = c.post("/v1/mcp", {"name": "spare", "server": {"command": "true", "disabled": True}})
     assert r.status_code == 200, r.text
@@ -502,8 +547,11 @@ def test_kill_9_keeps_pending_calls_and_interrupts_running_ones(console):
     assert all(p["status"] == "pending" for p in pending), pending
     running = [c.call("mcp__echo__sleep", {"seconds": 30}, mode="auto", wait=0).json() for _ in range(2)]
     assert all(p["status"] == "running" for p in running), running
-    wait_until(lambda: all(c.get(f"/v1/mcp/calls/{p['call_id']}").json()["started_at"] for p in running),
-               10, what="running calls started")
+    wait_until(
+        lambda: all(c.get(f"/v1/mcp/calls/{p['call_id']}").json()["started_at"] for p in running),
+        10,
+        what="running calls started",
+    )
     console.track(c)
     c.stop(signal.SIGKILL)
     assert c.proc.returncode == -signal.SIGKILL
@@ -564,8 +612,11 @@ def _mcp_writer(c, rng, stop, written, errors, attempted_servers, round_no) -> N
         i = 0
         while not stop.is_set():
             name = f"w{i % 4}"
-            config = {"command": "true", "args": [f"round{round_no}", str(i)] * rng.randint(1, 50),
-                      "disabled": True}
+            config = {
+                "command": "true",
+                "args": [f"round{round_no}", str(i)] * rng.randint(1, 50),
+                "disabled": True,
+            }
             attempted_servers.setdefault(name, []).append(config)
             try:
                 r = http.post("/v1/mcp", json={"name": name, "server": config})
@@ -589,8 +640,10 @@ def test_kill_9_during_writes_never_leaves_a_half_written_allow_tool_or_mcp_json
 
         writer_errors: list[str] = []
         args = (c, rng, stop, written, writer_errors)
-        writers = [threading.Thread(target=_allow_writer, args=(*args, attempted)),
-                   threading.Thread(target=_mcp_writer, args=(*args, attempted_servers, round_no))]
+        writers = [
+            threading.Thread(target=_allow_writer, args=(*args, attempted)),
+            threading.Thread(target=_mcp_writer, args=(*args, attempted_servers, round_no)),
+        ]
         for t in writers:
             t.start()
         time.sleep(rng.uniform(0.5, 1.5))
@@ -619,8 +672,10 @@ def test_kill_9_during_writes_never_leaves_a_half_written_allow_tool_or_mcp_json
         for f in temps:
             new = set(temps[f]) - set(temps_before[f])
             assert len(new) <= 1, (f, temps[f])
-        print(f"\nround {round_no}: {written} writes before kill -9; new temp files "
-              f"{ {f: sorted(set(temps[f]) - set(temps_before[f])) for f in temps} }")
+        print(
+            f"\nround {round_no}: {written} writes before kill -9; new temp files "
+            f"{ {f: sorted(set(temps[f]) - set(temps_before[f])) for f in temps} }"
+        )
 
         start(c)
         # The restarted console serves what the file says.

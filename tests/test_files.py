@@ -59,15 +59,21 @@ def _subprocess_env(tmp: Path) -> dict:
 
 def test_it_loses_no_update_when_two_processes_edit_allow_tool_at_once(tmp_path):
     env = _subprocess_env(tmp_path)
-    subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True,
-                   timeout=60)
+    subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=60)
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     (home / "allow_tool").write_text("# someone else's line\nzz__other\n")
 
     procs = [
-        subprocess.Popen([PYTHON, "-c", WORKER, who], cwd=ROOT, env=env, text=True,
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        subprocess.Popen(
+            [PYTHON, "-c", WORKER, who],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         for who in ("a", "b")
     ]
     try:
@@ -148,18 +154,23 @@ def _expected_text(data: dict) -> str:
 
 @pytest.mark.django_db
 def test_it_writes_mcp_json_with_two_space_indent_sorted_keys_and_a_final_newline(api, agenvoy_home):
-    r = api.post("/v1/mcp", {"name": "zeta", "server": {"url": "https://z/mcp",
-                                                        "headers": {"X-B": "2", "X-A": "1"}}})
+    r = api.post(
+        "/v1/mcp", {"name": "zeta", "server": {"url": "https://z/mcp", "headers": {"X-B": "2", "X-A": "1"}}}
+    )
     assert r.status_code == 200, r.content
-    r = api.post("/v1/mcp", {"name": "alpha", "server": {"command": "npx", "args": ["-y", "pkg"],
-                                                         "env": {"Z": "z", "A": "a"}}})
+    r = api.post(
+        "/v1/mcp",
+        {"name": "alpha", "server": {"command": "npx", "args": ["-y", "pkg"], "env": {"Z": "z", "A": "a"}}},
+    )
     assert r.status_code == 200, r.content
     text = (agenvoy_home / "mcp.json").read_text()
     data = json.loads(text)
-    assert data == {"servers": {
-        "alpha": {"command": "npx", "args": ["-y", "pkg"], "env": {"Z": "z", "A": "a"}},
-        "zeta": {"url": "https://z/mcp", "headers": {"X-B": "2", "X-A": "1"}},
-    }}
+    assert data == {
+        "servers": {
+            "alpha": {"command": "npx", "args": ["-y", "pkg"], "env": {"Z": "z", "A": "a"}},
+            "zeta": {"url": "https://z/mcp", "headers": {"X-B": "2", "X-A": "1"}},
+        }
+    }
     assert text == _expected_text(data)
     assert text.endswith("}\n") and not text.endswith("\n\n")
     assert text.splitlines()[1] == '  "servers": {'
@@ -173,14 +184,20 @@ def test_it_preserves_unknown_keys_through_post_mcp(api, agenvoy_home):
         "x-top": {"keep": [1, 2, 3]},
         "inputs": [{"id": "gh", "type": "promptString"}],
         "servers": {
-            "gh": {"command": "npx", "args": ["a"], "env": {"T": "secret"},
-                   "x-note": "written by the CLI", "envFile": "/x/.env"},
+            "gh": {
+                "command": "npx",
+                "args": ["a"],
+                "env": {"T": "secret"},
+                "x-note": "written by the CLI",
+                "envFile": "/x/.env",
+            },
             "other": {"url": "https://o/mcp", "custom": {"deep": True}},
         },
     }
     (agenvoy_home / "mcp.json").write_text(json.dumps(original))
-    r = api.post("/v1/mcp", {"name": "gh", "server": {"command": "uvx", "args": ["b"],
-                                                      "env": {"T": "********"}}})
+    r = api.post(
+        "/v1/mcp", {"name": "gh", "server": {"command": "uvx", "args": ["b"], "env": {"T": "********"}}}
+    )
     assert r.status_code == 200, r.content
     r = api.post("/v1/mcp", {"name": "new", "server": {"command": "echo"}})
     assert r.status_code == 200, r.content
@@ -188,8 +205,13 @@ def test_it_preserves_unknown_keys_through_post_mcp(api, agenvoy_home):
     data = json.loads(text)
     assert data["x-top"] == {"keep": [1, 2, 3]}
     assert data["inputs"] == [{"id": "gh", "type": "promptString"}]
-    assert data["servers"]["gh"] == {"command": "uvx", "args": ["b"], "env": {"T": "secret"},
-                                     "x-note": "written by the CLI", "envFile": "/x/.env"}
+    assert data["servers"]["gh"] == {
+        "command": "uvx",
+        "args": ["b"],
+        "env": {"T": "secret"},
+        "x-note": "written by the CLI",
+        "envFile": "/x/.env",
+    }
     assert data["servers"]["other"] == original["servers"]["other"]
     assert data["servers"]["new"] == {"command": "echo"}
     assert text == _expected_text(data)
@@ -211,13 +233,16 @@ GOOD = {"servers": {"a": {"command": "echo"}, "b": {"url": "https://b/mcp"}}}
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("garbage", [
-    '{"servers": {"a": {"command": "echo"}',  # cut short
-    "not json at all",
-    "[1, 2, 3]",
-    '{"servers": [1]}',
-    '{"servers": {"a": "echo"}}',
-])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        '{"servers": {"a": {"command": "echo"}',  # cut short
+        "not json at all",
+        "[1, 2, 3]",
+        '{"servers": [1]}',
+        '{"servers": {"a": "echo"}}',
+    ],
+)
 def test_it_reports_an_unparsable_mcp_json_and_keeps_the_last_good_list(agenvoy_home, garbage):
     (agenvoy_home / "mcp.json").write_text(json.dumps(GOOD))
     assert files.sync_servers() == {"a", "b"}
@@ -237,9 +262,11 @@ def test_it_refuses_to_edit_an_unparsable_mcp_json_and_leaves_it_byte_for_byte(a
     broken = b'{"servers": {"a": {"command": "echo"},,, \xc3\xa9 }\n'
     (agenvoy_home / "mcp.json").write_bytes(broken)
 
-    for path, body in [("/v1/mcp", {"name": "c", "server": {"command": "x"}}),
-                       ("/v1/mcp", {"name": "a", "server": {"command": "x"}}),
-                       ("/v1/mcp/remove", {"name": "a"})]:
+    for path, body in [
+        ("/v1/mcp", {"name": "c", "server": {"command": "x"}}),
+        ("/v1/mcp", {"name": "a", "server": {"command": "x"}}),
+        ("/v1/mcp/remove", {"name": "a"}),
+    ]:
         r = api.post(path, body)
         assert 400 <= r.status_code < 500, (path, r.status_code)
         assert r["Content-Type"].startswith("application/json")
@@ -262,10 +289,12 @@ def test_it_treats_a_missing_or_empty_mcp_json_as_no_servers(agenvoy_home):
 
 
 def test_it_imports_the_mcp_servers_shape():
-    data = {"mcpServers": {
-        "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]},
-        "remote": {"url": "https://r/mcp", "headers": {"Authorization": "tok"}},
-    }}
+    data = {
+        "mcpServers": {
+            "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]},
+            "remote": {"url": "https://r/mcp", "headers": {"Authorization": "tok"}},
+        }
+    }
     assert files.import_shape(data) == data["mcpServers"]
 
 
@@ -277,11 +306,14 @@ def test_it_imports_the_servers_shape():
 def test_it_imports_the_vs_code_shape_with_type_picking_the_transport():
     from mcpcore.models import transport_of
 
-    data = {"inputs": [], "servers": {
-        "h": {"type": "http", "url": "https://h/mcp"},
-        "s": {"type": "sse", "url": "https://s/sse"},
-        "io": {"type": "stdio", "command": "node", "args": ["x.js"]},
-    }}
+    data = {
+        "inputs": [],
+        "servers": {
+            "h": {"type": "http", "url": "https://h/mcp"},
+            "s": {"type": "sse", "url": "https://s/sse"},
+            "io": {"type": "stdio", "command": "node", "args": ["x.js"]},
+        },
+    }
     out = files.import_shape(data)
     assert transport_of(out["h"]) == "streamable-http"
     assert out["h"]["url"] == "https://h/mcp"
@@ -292,28 +324,43 @@ def test_it_imports_the_vs_code_shape_with_type_picking_the_transport():
     assert data["servers"]["h"]["type"] == "http"
 
 
-@pytest.mark.parametrize("data", [
-    {"mcpServers": {"a__b": {"command": "x"}}},
-    {"mcpServers": {"_a": {"command": "x"}}},
-    {"mcpServers": {"a b": {"command": "x"}}},
-    {"mcpServers": {"": {"command": "x"}}},
-    {"mcpServers": {"x" * 65: {"command": "x"}}},
-    {"servers": {"ok": {"command": "x"}, "bad.name": {"command": "y"}}},
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"mcpServers": {"a__b": {"command": "x"}}},
+        {"mcpServers": {"_a": {"command": "x"}}},
+        {"mcpServers": {"a b": {"command": "x"}}},
+        {"mcpServers": {"": {"command": "x"}}},
+        {"mcpServers": {"x" * 65: {"command": "x"}}},
+        {"servers": {"ok": {"command": "x"}, "bad.name": {"command": "y"}}},
+    ],
+)
 def test_it_rejects_imports_with_bad_server_names(data):
     with pytest.raises(files.ConfigFileError, match="invalid server name"):
         files.import_shape(data)
 
 
-@pytest.mark.parametrize("config", [{}, {"args": ["x"]}, {"command": ""}, {"url": "  "},
-                                    {"command": ["npx"]}, {"type": "http"}])
+@pytest.mark.parametrize(
+    "config", [{}, {"args": ["x"]}, {"command": ""}, {"url": "  "}, {"command": ["npx"]}, {"type": "http"}]
+)
 def test_it_rejects_imported_entries_without_command_or_url(config):
     with pytest.raises(files.ConfigFileError, match="command or url is required"):
         files.import_shape({"mcpServers": {"s": config}})
 
 
-@pytest.mark.parametrize("data", [[], "x", None, {}, {"mcpServers": []}, {"servers": "x"},
-                                  {"mcpServers": {}}, {"mcpServers": {"s": "npx"}}])
+@pytest.mark.parametrize(
+    "data",
+    [
+        [],
+        "x",
+        None,
+        {},
+        {"mcpServers": []},
+        {"servers": "x"},
+        {"mcpServers": {}},
+        {"mcpServers": {"s": "npx"}},
+    ],
+)
 def test_it_rejects_import_files_it_cannot_use(data):
     with pytest.raises(files.ConfigFileError):
         files.import_shape(data)
@@ -349,14 +396,14 @@ def test_it_follows_edits_to_the_shared_files_made_behind_its_back(agenvoy_home)
     assert watcher.check() == {"a", "b"}
     assert _servers() == ["a", "b"]
     assert _allowed() == ["mcp__a__*"]
-    Tool.objects.create(server=Server.objects.get(name="a"), tool_name="t",
-                        registered_name="mcp__a__t")
+    Tool.objects.create(server=Server.objects.get(name="a"), tool_name="t", registered_name="mcp__a__t")
 
     # Nothing changed: nothing to do.
     assert watcher.check() == set()
 
-    _write_behind(mcp, json.dumps({"servers": {"b": {"command": "y", "args": ["1"]},
-                                               "c": {"url": "https://c/mcp"}}}))
+    _write_behind(
+        mcp, json.dumps({"servers": {"b": {"command": "y", "args": ["1"]}, "c": {"url": "https://c/mcp"}}})
+    )
     _write_behind(allow, "# trust\nmcp__b__x\n\nmcp__c__*\n")
     assert watcher.check() == {"a", "b", "c"}
     assert _servers() == ["b", "c"]
@@ -472,19 +519,26 @@ def _race(monkeypatch, target: str, hook_call: int, first, second) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_it_keeps_allow_entries_mirroring_the_file_when_two_writers_race(agenvoy_home, monkeypatch):
-    _race(monkeypatch, "_mirror_allow", 1,
-          lambda: files.replace_allow_prefix("mcp__a__", ["mcp__a__x"]),
-          lambda: files.replace_allow_prefix("mcp__b__", ["mcp__b__y"]))
+    _race(
+        monkeypatch,
+        "_mirror_allow",
+        1,
+        lambda: files.replace_allow_prefix("mcp__a__", ["mcp__a__x"]),
+        lambda: files.replace_allow_prefix("mcp__b__", ["mcp__b__y"]),
+    )
     assert files.read_allow_tool() == ["mcp__a__x", "mcp__b__y"]
     assert _allowed() == ["mcp__a__x", "mcp__b__y"]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_keeps_remembered_entries_mirroring_the_file_when_two_writers_race(agenvoy_home,
-                                                                              monkeypatch):
-    _race(monkeypatch, "_mirror_allow", 1,
-          lambda: files.add_allow_entry("mcp__a__x"),
-          lambda: files.add_allow_entry("mcp__b__y"))
+def test_it_keeps_remembered_entries_mirroring_the_file_when_two_writers_race(agenvoy_home, monkeypatch):
+    _race(
+        monkeypatch,
+        "_mirror_allow",
+        1,
+        lambda: files.add_allow_entry("mcp__a__x"),
+        lambda: files.add_allow_entry("mcp__b__y"),
+    )
     assert files.read_allow_tool() == ["mcp__a__x", "mcp__b__y"]
     assert _allowed() == ["mcp__a__x", "mcp__b__y"]
 
@@ -494,6 +548,7 @@ def test_it_keeps_server_rows_mirroring_mcp_json_when_two_writers_race(agenvoy_h
     def add(name):
         def mutate(servers):
             servers[name] = {"command": "echo"}
+
         return lambda: files.update_servers(mutate)
 
     # The second read of thread A is the one of its mirroring step (the first is its edit's).

@@ -38,10 +38,16 @@ def live(tmp_path_factory):
     base = tmp_path_factory.mktemp("fuzz")
     empty_path = base / "no-commands"
     empty_path.mkdir()
-    c = Console(base, {"echo": our_server("echo.py")}, {
-        "PATH": str(empty_path), "AGENVOY_CONNECT_TIMEOUT": "5", "AGENVOY_CALL_TIMEOUT": "5",
-        "AGENVOY_CONFIRM_TIMEOUT": "60",
-    })
+    c = Console(
+        base,
+        {"echo": our_server("echo.py")},
+        {
+            "PATH": str(empty_path),
+            "AGENVOY_CONNECT_TIMEOUT": "5",
+            "AGENVOY_CALL_TIMEOUT": "5",
+            "AGENVOY_CONFIRM_TIMEOUT": "60",
+        },
+    )
     start(c)
     c.wait_connected("echo", timeout=60)
     yield c
@@ -53,7 +59,8 @@ def check_answer(status: int, content_type: str, text: str, what: str) -> None:
     assert status < 500, f"{what} -> {status}: {text[:500]}"
     if status >= 400:
         assert content_type.split(";")[0].strip() == "application/json", (
-            f"{what} -> {status} {content_type}: {text[:300]}")
+            f"{what} -> {status} {content_type}: {text[:300]}"
+        )
         body = json.loads(text)
         assert isinstance(body, dict) and set(body) == {"error"}, f"{what} -> {status}: {text[:300]}"
         assert isinstance(body["error"], str) and body["error"], f"{what} -> {status}: {text[:300]}"
@@ -81,8 +88,7 @@ def _send(case, live, token: str | None):
         headers["Authorization"] = f"Bearer {token}"
     case.headers = headers
     response = case.call(base_url=live.url, timeout=60)
-    what = (f"{case.method} {case.formatted_path} query={case.query!r} "
-            f"body={str(case.body)[:200]!r}")
+    what = f"{case.method} {case.formatted_path} query={case.query!r} body={str(case.body)[:200]!r}"
     return response, what
 
 
@@ -97,8 +103,13 @@ def _fuzz_every_operation(api_schema, live, token: str | None, extra_check=None)
         ran["operations"] += 1
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
-            @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
-                      suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=MAX_EXAMPLES,
+                deadline=None,
+                derandomize=True,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
             @given(case=operation.as_strategy(generation_mode=mode))
             def run(case):
                 ran["cases"] += 1
@@ -143,8 +154,11 @@ def test_schemathesis_without_a_token_gets_401_json_everywhere(api_schema, live)
 # --- 2. bodies no schema describes -------------------------------------------------------
 
 ROUTES = [
-    ("POST", "/v1/mcp"), ("POST", "/v1/mcp/remove"), ("POST", "/v1/mcp/reconnect"),
-    ("POST", "/v1/allowlist"), ("POST", "/v1/mcp/call"),
+    ("POST", "/v1/mcp"),
+    ("POST", "/v1/mcp/remove"),
+    ("POST", "/v1/mcp/reconnect"),
+    ("POST", "/v1/allowlist"),
+    ("POST", "/v1/mcp/call"),
     ("POST", "/v1/session/s/confirm/00000000-0000-0000-0000-000000000000"),
     ("POST", "/v1/mcp/calls/00000000-0000-0000-0000-000000000000/cancel"),
 ]
@@ -159,8 +173,10 @@ NASTY_BODIES = {
     "NaN": b'{"name": "mcp__echo__echo", "arguments": {"n": NaN}, "wait": 0}',
     "Infinity": b'{"name": "mcp__echo__echo", "arguments": {"n": Infinity}, "wait": 0}',
     "lone surrogate name": b'{"name": "\\ud800", "server": {"command": "x"}}',
-    "lone surrogate in strings": (b'{"name": "mcp__echo__echo", "session_id": "\\udfff", "wait": 0,'
-                                  b' "server": {"command": "\\ud800"}, "tool": {"prefix": "\\ud800"}}'),
+    "lone surrogate in strings": (
+        b'{"name": "mcp__echo__echo", "session_id": "\\udfff", "wait": 0,'
+        b' "server": {"command": "\\ud800"}, "tool": {"prefix": "\\ud800"}}'
+    ),
     "NUL in strings": b'{"name": "mcp__echo__echo\\u0000", "session_id": "a\\u0000b", "wait": 0}',
     "huge number": b'{"name": "mcp__echo__echo", "wait": 1e999}',
     "huge integer": b'{"name": "mcp__echo__echo", "wait": ' + b"9" * 5000 + b"}",
@@ -172,9 +188,11 @@ NASTY_BODIES = {
 def test_nasty_bodies_get_no_5xx_and_json_errors(live, label):
     body = NASTY_BODIES[label]
     failures = []
-    with httpx2.Client(base_url=live.url, timeout=60,
-                       headers={"Authorization": f"Bearer {live.token}",
-                                "Content-Type": "application/json"}) as http:
+    with httpx2.Client(
+        base_url=live.url,
+        timeout=60,
+        headers={"Authorization": f"Bearer {live.token}", "Content-Type": "application/json"},
+    ) as http:
         for method, path in ROUTES:
             r = http.request(method, path, content=body)
             try:
@@ -184,8 +202,16 @@ def test_nasty_bodies_get_no_5xx_and_json_errors(live, label):
     assert not failures, f"{label}:\n" + "\n".join(failures)
 
 
-ODD_PATHS = ["/v1/", "/v1/%0A", "/v1/mcp%0A", "/v1/nope/%0A", "/v1/%00", "/v1/mcp/calls/%0A",
-             "/v1/mcp/calls/a%2Fb/cancel", "/v1/session/%0A/confirm/%0A"]
+ODD_PATHS = [
+    "/v1/",
+    "/v1/%0A",
+    "/v1/mcp%0A",
+    "/v1/nope/%0A",
+    "/v1/%00",
+    "/v1/mcp/calls/%0A",
+    "/v1/mcp/calls/a%2Fb/cancel",
+    "/v1/session/%0A/confirm/%0A",
+]
 
 
 @pytest.mark.live
@@ -200,33 +226,71 @@ def test_odd_paths_under_v1_get_json_errors(live, path):
         assert r.json() == {"error": "authentication required"}, f"{method} {path} (no token)"
 
 
-_segment = st.text(st.characters(codec="utf-8"), min_size=1, max_size=12).filter(
-    lambda s: s not in (".", "..")).map(lambda s: quote(s, safe=""))
+_segment = (
+    st.text(st.characters(codec="utf-8"), min_size=1, max_size=12)
+    .filter(lambda s: s not in (".", ".."))
+    .map(lambda s: quote(s, safe=""))
+)
 _json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=30)
     | st.sampled_from(["mcp__echo__echo", "mcp__echo__", "mcp__echo__*", "echo", "auto", "confirm"]),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=12,
 )
-_known_keys = st.sampled_from(["name", "arguments", "session_id", "mode", "wait", "server", "tool",
-                               "prefix", "entries", "approve", "remember", "allow_turn", "abort",
-                               "reason", "command", "url", "skill"])
+_known_keys = st.sampled_from(
+    [
+        "name",
+        "arguments",
+        "session_id",
+        "mode",
+        "wait",
+        "server",
+        "tool",
+        "prefix",
+        "entries",
+        "approve",
+        "remember",
+        "allow_turn",
+        "abort",
+        "reason",
+        "command",
+        "url",
+        "skill",
+    ]
+)
 _bodies = st.one_of(
     st.binary(max_size=200),
     _json_values.map(lambda v: json.dumps(v).encode()),
     st.dictionaries(_known_keys, _json_values, max_size=6).map(lambda v: json.dumps(v).encode()),
 )
 _paths = st.one_of(
-    st.sampled_from([p for _m, p in ROUTES] + ["/v1/mcp", "/v1/mcp/status", "/v1/mcp/tools",
-                                               "/v1/pending", "/v1/mcp/instructions", "/v1/allowlist"]),
+    st.sampled_from(
+        [p for _m, p in ROUTES]
+        + [
+            "/v1/mcp",
+            "/v1/mcp/status",
+            "/v1/mcp/tools",
+            "/v1/pending",
+            "/v1/mcp/instructions",
+            "/v1/allowlist",
+        ]
+    ),
     st.lists(_segment, min_size=1, max_size=4).map(lambda parts: "/v1/" + "/".join(parts)),
 )
 
 
 @pytest.mark.live
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(method=st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]),
-       path=_paths, body=_bodies, token=st.booleans())
+@given(
+    method=st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]),
+    path=_paths,
+    body=_bodies,
+    token=st.booleans(),
+)
 def test_random_requests_get_no_5xx_and_json_errors(live, method, path, body, token):
     headers = {"Content-Type": "application/json"}
     if token:
@@ -291,8 +355,11 @@ def test_allowlist_replace_then_read_back(current, server, data):
 
 
 @settings(max_examples=400, deadline=None)
-@given(prefix=st.text(min_size=1, max_size=8), tails=st.lists(st.text(max_size=8), max_size=5),
-       others=st.lists(st.text(min_size=1, max_size=12), max_size=6))
+@given(
+    prefix=st.text(min_size=1, max_size=8),
+    tails=st.lists(st.text(max_size=8), max_size=5),
+    others=st.lists(st.text(min_size=1, max_size=12), max_size=6),
+)
 def test_allowlist_edits_the_api_accepts_round_trip_through_the_file(prefix, tails, others):
     """Any edit validate_edit accepts (any prefix, any text) must survive being written to the
     file and read back, and leave other prefixes' lines as they were."""
@@ -317,8 +384,12 @@ def test_allowlist_render_is_sorted_unique_and_parse_is_idempotent(entries):
 # --- 3b. name properties ------------------------------------------------------------------
 
 _name_chunk = st.text("abcXYZ019-", min_size=1, max_size=8)
-_valid_servers = st.lists(_name_chunk, min_size=1, max_size=5).map("_".join).map(lambda s: s[:64]).filter(
-    names.is_valid_server_name)
+_valid_servers = (
+    st.lists(_name_chunk, min_size=1, max_size=5)
+    .map("_".join)
+    .map(lambda s: s[:64])
+    .filter(names.is_valid_server_name)
+)
 _RULE = re.compile(r"(?!_)(?!.*__)(?!.*_$)[A-Za-z0-9_-]{1,64}")
 
 
@@ -395,10 +466,18 @@ def test_structured_only_results_are_capped_json(structured, cap):
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.one_of(st.builds(_image, st.text("ABCD+/=", max_size=80)),
-                          st.builds(lambda d: _image(d, "audio"), st.text("ABCD+/=", max_size=80)),
-                          st.builds(_text, _any_text)), min_size=1, max_size=6).filter(
-    lambda items: any(i["type"] != "text" for i in items)), _caps)
+@given(
+    st.lists(
+        st.one_of(
+            st.builds(_image, st.text("ABCD+/=", max_size=80)),
+            st.builds(lambda d: _image(d, "audio"), st.text("ABCD+/=", max_size=80)),
+            st.builds(_text, _any_text),
+        ),
+        min_size=1,
+        max_size=6,
+    ).filter(lambda items: any(i["type"] != "text" for i in items)),
+    _caps,
+)
 def test_image_results_keep_whole_media_in_order_as_valid_json(items, cap):
     out = convert({"content": items}, cap)
     obj = json.loads(out.text)  # always valid JSON
@@ -418,8 +497,11 @@ def test_image_results_keep_whole_media_in_order_as_valid_json(items, cap):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.builds(_image, st.text("ABCD", min_size=1, max_size=40)), min_size=1, max_size=3),
-       _any_text, _caps)
+@given(
+    st.lists(st.builds(_image, st.text("ABCD", min_size=1, max_size=40)), min_size=1, max_size=3),
+    _any_text,
+    _caps,
+)
 def test_error_results_drop_images_and_stay_plain_text(images, body, cap):
     out = convert({"content": [*images, _text(body)], "isError": True}, cap)
     assert out.is_error and out.text.startswith("tool error")

@@ -9,10 +9,20 @@ def never():
     raise AssertionError("this check must not be asked")
 
 
-@pytest.mark.parametrize("mode, expected", [
-    (None, "confirm"), ("", "confirm"), ("confirm", "confirm"), ("single-confirm", "confirm"),
-    ("auto", "auto"), ("always-allow", "auto"), ("yolo", None), (3, None), ("AUTO", None),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        (None, "confirm"),
+        ("", "confirm"),
+        ("confirm", "confirm"),
+        ("single-confirm", "confirm"),
+        ("auto", "auto"),
+        ("always-allow", "auto"),
+        ("yolo", None),
+        (3, None),
+        ("AUTO", None),
+    ],
+)
 def test_it_normalizes_modes_with_agenvoy_aliases(mode, expected):
     assert gate.normalize_mode(mode) == expected
 

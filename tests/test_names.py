@@ -83,8 +83,16 @@ def test_it_splits_registered_names():
 
 @pytest.mark.parametrize(
     "name",
-    ["github__search", "mcp_github__search", "mcp__github", "mcp__github__", "mcp____tool",
-     "mcp___a__t", "", "MCP__a__t"],
+    [
+        "github__search",
+        "mcp_github__search",
+        "mcp__github",
+        "mcp__github__",
+        "mcp____tool",
+        "mcp___a__t",
+        "",
+        "MCP__a__t",
+    ],
 )
 def test_it_does_not_split_what_is_not_a_registered_name(name):
     assert names.split_registered(name) is None
@@ -95,17 +103,23 @@ def test_it_round_trips_registered_names():
         assert names.split_registered(names.registered_name(server, tool)) == (server, tool)
 
 
-@pytest.mark.parametrize(
-    "name", ["mcp__a__b", "mcp__my-server__tool_1", "A-Z_a-z_0-9", "x" * 64]
-)
+@pytest.mark.parametrize("name", ["mcp__a__b", "mcp__my-server__tool_1", "A-Z_a-z_0-9", "x" * 64])
 def test_it_calls_llm_safe_names_safe(name):
     assert names.is_llm_safe(name)
 
 
 @pytest.mark.parametrize(
     "name",
-    ["mcp__a__do.it", "mcp__a__do it", "mcp__a__tööl", "mcp__a__x/y", "mcp__a__x:y", "x" * 65, "",
-     "mcp__a__b\n"],
+    [
+        "mcp__a__do.it",
+        "mcp__a__do it",
+        "mcp__a__tööl",
+        "mcp__a__x/y",
+        "mcp__a__x:y",
+        "x" * 65,
+        "",
+        "mcp__a__b\n",
+    ],
 )
 def test_it_flags_names_llm_apis_would_reject(name):
     assert not names.is_llm_safe(name)
@@ -118,9 +132,7 @@ def test_it_flags_registered_names_over_sixty_four_characters():
 
 
 def test_it_writes_the_default_description_exactly():
-    assert names.default_description("github", "search") == (
-        'MCP tool "search" from server "github".'
-    )
+    assert names.default_description("github", "search") == ('MCP tool "search" from server "github".')
 
 
 @pytest.mark.parametrize(

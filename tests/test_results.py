@@ -136,9 +136,7 @@ def test_it_leaves_a_result_of_exactly_the_cap_unchanged():
 def test_it_cuts_one_byte_over_the_cap_and_appends_the_marker():
     out = convert(result(text("a" * (RESULT_CAP + 1))))
     assert out.text == "a" * RESULT_CAP + marker(1048577, 1048576)
-    assert out.text.endswith(
-        "\n\n[mcp output truncated: 1048577 bytes total, 1048576 kept]"
-    )
+    assert out.text.endswith("\n\n[mcp output truncated: 1048577 bytes total, 1048576 kept]")
     assert (out.truncated, out.total_bytes) == (True, RESULT_CAP + 1)
 
 
@@ -276,9 +274,7 @@ def test_it_always_returns_valid_utf8(raw, cap):
 def test_it_keeps_image_results_valid_json(media, body, cap):
     out = convert(result(text(body), *media), cap)
     obj = json.loads(out.text)
-    assert set(obj) <= {"text"} | {
-        f"{k}_{i}" for k in ("image", "audio") for i in range(4)
-    }
+    assert set(obj) <= {"text"} | {f"{k}_{i}" for k in ("image", "audio") for i in range(4)}
     assert list(obj)[-1] == "text"
     kept = obj["text"].split("\n\n[mcp output truncated:")[0]
     assert body.startswith(kept)

@@ -39,8 +39,11 @@ GOOD = {
 def _clean_env(tmp: Path) -> dict:
     """This test run's environment without any of the console's variables, plus a temporary
     data folder and $AGENVOY_HOME."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AGENVOY_", "DJANGO_")) and k not in ("DATABASE_URL", "REDIS_URL")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AGENVOY_", "DJANGO_")) and k not in ("DATABASE_URL", "REDIS_URL")
+    }
     env["AGENVOY_DATA_DIR"] = str(tmp / "data")
     env["AGENVOY_HOME"] = str(tmp / "home")
     return env
@@ -53,8 +56,14 @@ def _check_processes(tmp_path: Path, cases: dict[str, dict]) -> dict[str, subpro
         folder = tmp_path / key
         folder.mkdir()
         env = _clean_env(folder) | extra
-        procs[key] = subprocess.Popen([PYTHON, "manage.py", "check"], cwd=ROOT, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs[key] = subprocess.Popen(
+            [PYTHON, "manage.py", "check"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     done = {}
     try:
         for key, p in procs.items():
@@ -87,8 +96,9 @@ def test_it_starts_with_good_values(outcomes):
     assert r.returncode == 0, r.stderr
 
 
-@pytest.mark.parametrize("i, name, value", [(i, n, v) for i, (n, v) in enumerate(BAD)],
-                         ids=[f"{n}={v}" for n, v in BAD])
+@pytest.mark.parametrize(
+    "i, name, value", [(i, n, v) for i, (n, v) in enumerate(BAD)], ids=[f"{n}={v}" for n, v in BAD]
+)
 def test_it_stops_on_a_bad_value_naming_the_variable(outcomes, i, name, value):
     r = outcomes[f"bad{i}"]
     assert r.returncode != 0

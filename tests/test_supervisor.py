@@ -1,6 +1,5 @@
 """The supervisor against real MCP servers over real pipes and sockets (SPEC 6, issue 3)."""
 
-import json
 import os
 import signal
 import subprocess
@@ -11,8 +10,16 @@ import psutil
 import pytest
 
 from tests.live import (
-    EVERYTHING, PYTHON, SERVERS, TIME_SERVER, Console, descendants, everything_stdio,
-    free_port, our_server, wait_until,
+    EVERYTHING,
+    PYTHON,
+    SERVERS,
+    TIME_SERVER,
+    Console,
+    descendants,
+    everything_stdio,
+    free_port,
+    our_server,
+    wait_until,
 )
 
 pytestmark = pytest.mark.live
@@ -22,9 +29,12 @@ pytestmark = pytest.mark.live
 def everything_http():
     """server-everything over streamable HTTP on a free port."""
     port = free_port()
-    proc = subprocess.Popen(["node", str(EVERYTHING), "streamableHttp"],
-                            env={**os.environ, "PORT": str(port)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["node", str(EVERYTHING), "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/mcp"
 
     def up():
@@ -66,11 +76,13 @@ def server_pids(console: Console, script: str) -> list[int]:
 
 
 def test_it_registers_real_servers_over_stdio_and_http(console, everything_http):
-    c = console({
-        "every": everything_stdio(),
-        "everyhttp": {"url": everything_http},
-        "time": {"command": str(TIME_SERVER)},
-    })
+    c = console(
+        {
+            "every": everything_stdio(),
+            "everyhttp": {"url": everything_http},
+            "time": {"command": str(TIME_SERVER)},
+        }
+    )
     status = c.wait_connected("every", "everyhttp", "time")
     assert status["every"]["Transport"] == "stdio"
     assert status["everyhttp"]["Transport"] == "streamable-http"
@@ -90,13 +102,19 @@ def test_it_registers_real_servers_over_stdio_and_http(console, everything_http)
 
 
 def test_it_serves_the_instructions_block_exactly(console):
-    c = console({"zeta": our_server("echo.py"), "alpha": our_server("echo.py"),
-                 "quiet": our_server("progress.py")})
+    c = console(
+        {"zeta": our_server("echo.py"), "alpha": our_server("echo.py"), "quiet": our_server("progress.py")}
+    )
     c.wait_connected("zeta", "alpha", "quiet")
     text = c.get("/v1/mcp/instructions").json()["text"]
-    head = ("## MCP Server Instructions\n\nEach block below is the operating contract of one MCP "
-            "server: follow it when you use that server's tools.\n")
-    assert text == head + "\n### alpha\n\nEcho server instructions.\n" + "\n### zeta\n\nEcho server instructions.\n"
+    head = (
+        "## MCP Server Instructions\n\nEach block below is the operating contract of one MCP "
+        "server: follow it when you use that server's tools.\n"
+    )
+    assert (
+        text
+        == head + "\n### alpha\n\nEcho server instructions.\n" + "\n### zeta\n\nEcho server instructions.\n"
+    )
 
 
 @pytest.mark.parametrize("era", ["2026", "2025"])
@@ -114,12 +132,12 @@ def test_it_registers_a_tool_added_at_runtime_within_2s_of_list_changed(console,
 
 
 def test_it_picks_up_a_silent_change_by_polling(console):
-    c = console({"quiet": our_server("silent.py", env={"SILENT_CHANGE_AFTER": "1"})},
-                AGENVOY_POLL_SECONDS=1)
+    c = console({"quiet": our_server("silent.py", env={"SILENT_CHANGE_AFTER": "1"})}, AGENVOY_POLL_SECONDS=1)
     c.wait_connected("quiet")
     before = c.tools()["mcp__quiet__changing"]["description"]
-    wait_until(lambda: c.tools()["mcp__quiet__changing"]["description"] != before, 10,
-               what="poll noticed the change")
+    wait_until(
+        lambda: c.tools()["mcp__quiet__changing"]["description"] != before, 10, what="poll noticed the change"
+    )
 
 
 def test_it_follows_every_page_of_a_paginated_tool_list(console):
@@ -144,8 +162,14 @@ def echo_http():
         env = {**os.environ, "MCP_ECHO_PORT": str(port)}
         if kind == "sse":
             env["MCP_ECHO_TRANSPORT"] = "sse"
-        procs.append(subprocess.Popen([PYTHON, str(SERVERS / "echo.py")], env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [PYTHON, str(SERVERS / "echo.py")],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         urls[kind] = f"http://127.0.0.1:{port}/{'sse' if kind == 'sse' else 'mcp'}"
 
     def up(url):
@@ -156,7 +180,7 @@ def echo_http():
             return False
 
     for url in urls.values():
-        wait_until(lambda: up(url), 20, what=f"{url} up")
+        wait_until(lambda url=url: up(url), 20, what=f"{url} up")
     yield urls
     for p in procs:
         p.kill()  # uvicorn waits for open SSE streams on SIGTERM
@@ -164,10 +188,17 @@ def echo_http():
 
 
 def test_it_sends_expanded_headers_over_http_and_sse(console, echo_http):
-    c = console({
-        "web": {"url": echo_http["http"], "headers": {"Authorization": "${ECHO_TOKEN}", "X-Team": "$TEAM"}},
-        "legacy": {"url": echo_http["sse"], "type": "sse", "headers": {"Authorization": "Basic abc"}},
-    }, ECHO_TOKEN="s3cret", TEAM="blue")
+    c = console(
+        {
+            "web": {
+                "url": echo_http["http"],
+                "headers": {"Authorization": "${ECHO_TOKEN}", "X-Team": "$TEAM"},
+            },
+            "legacy": {"url": echo_http["sse"], "type": "sse", "headers": {"Authorization": "Basic abc"}},
+        },
+        ECHO_TOKEN="s3cret",
+        TEAM="blue",
+    )
     status = c.wait_connected("web", "legacy")
     assert status["web"]["Transport"] == "streamable-http" and status["legacy"]["Transport"] == "sse"
 
@@ -189,6 +220,7 @@ def test_it_renews_the_session_when_the_server_process_is_killed(console):
     pids = server_pids(c, "echo.py")
     assert len(pids) == 1
     os.kill(pids[0], signal.SIGKILL)
+
     # The status shows the loss, then the session is renewed without restarting the console.
     def renewed():
         now = server_pids(c, "echo.py")
@@ -217,14 +249,20 @@ def test_it_renews_an_idle_2025_session_whose_server_died(console):
 
 
 def test_it_keeps_idle_sessions_of_both_eras_up_across_pings(console):
-    c = console({"echo": our_server("echo.py"), "every": everything_stdio(),
-                 "time": {"command": str(TIME_SERVER)}}, AGENVOY_PING_SECONDS=1)
+    c = console(
+        {"echo": our_server("echo.py"), "every": everything_stdio(), "time": {"command": str(TIME_SERVER)}},
+        AGENVOY_PING_SECONDS=1,
+    )
     c.wait_connected("echo", "every", "time")
-    before = {n: server_pids(c, s) for n, s in (("echo", "echo.py"), ("every", "server-everything"),
-                                                 ("time", "mcp-server-time"))}
+    before = {
+        n: server_pids(c, s)
+        for n, s in (("echo", "echo.py"), ("every", "server-everything"), ("time", "mcp-server-time"))
+    }
     time.sleep(4)
-    after = {n: server_pids(c, s) for n, s in (("echo", "echo.py"), ("every", "server-everything"),
-                                                ("time", "mcp-server-time"))}
+    after = {
+        n: server_pids(c, s)
+        for n, s in (("echo", "echo.py"), ("every", "server-everything"), ("time", "mcp-server-time"))
+    }
     assert after == before
     assert all(s["state"] == "connected" for s in c.status().values())
     assert "ping failed" not in c.log_text()
@@ -236,8 +274,15 @@ def test_it_renews_an_idle_2026_session_without_listen_support_whose_server_died
     assert c.status()["time"]["protocol"].startswith("2026")
     pids = server_pids(c, "mcp-server-time")
     os.kill(pids[0], signal.SIGKILL)
-    wait_until(lambda: (now := server_pids(c, "mcp-server-time")) and now != pids
-               and c.status()["time"]["state"] == "connected", 20, what="session renewed")
+    wait_until(
+        lambda: (
+            (now := server_pids(c, "mcp-server-time"))
+            and now != pids
+            and c.status()["time"]["state"] == "connected"
+        ),
+        20,
+        what="session renewed",
+    )
 
 
 def test_it_leaves_no_child_of_a_server_behind(console, tmp_path):
@@ -250,21 +295,30 @@ def test_it_leaves_no_child_of_a_server_behind(console, tmp_path):
     sleepers = [p for p in descendants(c.proc.pid) if psutil.Process(p).name() == "sleep"]
     assert len(sleepers) == 1
     c.post("/v1/mcp/remove", {"name": "spawner"})
-    wait_until(lambda: not psutil.pid_exists(sleepers[0]) or psutil.Process(sleepers[0]).status() == "zombie",
-               10, what="child ended")
+    wait_until(
+        lambda: not psutil.pid_exists(sleepers[0]) or psutil.Process(sleepers[0]).status() == "zombie",
+        10,
+        what="child ended",
+    )
 
 
 def test_it_keeps_serving_when_one_server_hangs_and_one_prints_garbage(console):
-    c = console({
-        "hang": our_server("hang.py"),
-        "garbage": our_server("garbage.py"),
-        "echo": our_server("echo.py"),
-    }, AGENVOY_CONNECT_TIMEOUT=3)
+    c = console(
+        {
+            "hang": our_server("hang.py"),
+            "garbage": our_server("garbage.py"),
+            "echo": our_server("echo.py"),
+        },
+        AGENVOY_CONNECT_TIMEOUT=3,
+    )
     c.wait_connected("echo")
     r = c.call("mcp__echo__echo", {"text": "fine"}, mode="auto")
     assert r.json()["result"] == "fine"
-    status = wait_until(lambda: (s := c.status()) and s["hang"]["Error"] and s["garbage"]["Error"] and s,
-                        15, what="errors shown")
+    status = wait_until(
+        lambda: (s := c.status()) and s["hang"]["Error"] and s["garbage"]["Error"] and s,
+        15,
+        what="errors shown",
+    )
     assert status["hang"]["state"] in ("error", "connecting")
     assert "timed out" in status["hang"]["Error"]
     assert status["garbage"]["Error"]
@@ -285,8 +339,11 @@ def test_it_connects_and_removes_servers_edited_in_mcp_json(console):
     c.write_servers({"one": our_server("echo.py"), "two": our_server("echo.py")})
     c.wait_connected("one", "two", timeout=10)
     c.write_servers({"two": our_server("echo.py")})
-    wait_until(lambda: "one" not in c.status() and not any(n.startswith("mcp__one__") for n in c.tools()),
-               10, what="server one removed")
+    wait_until(
+        lambda: "one" not in c.status() and not any(n.startswith("mcp__one__") for n in c.tools()),
+        10,
+        what="server one removed",
+    )
     wait_until(lambda: len(server_pids(c, "echo.py")) == 1, 10, what="its process gone")
 
 
@@ -315,8 +372,9 @@ def test_it_reconnects_one_or_all_servers_within_the_bound(console):
 
 
 def test_it_shuts_down_on_sigterm_within_5s_leaving_no_server_process(console):
-    c = console({"a": our_server("echo.py"), "every": everything_stdio(),
-                 "time": {"command": str(TIME_SERVER)}})
+    c = console(
+        {"a": our_server("echo.py"), "every": everything_stdio(), "time": {"command": str(TIME_SERVER)}}
+    )
     c.wait_connected("a", "every", "time")
     children = descendants(c.proc.pid)
     assert len(children) >= 3

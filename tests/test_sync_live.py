@@ -30,8 +30,14 @@ def c(tmp_path):
 def test_it_mirrors_an_external_allow_tool_edit_within_2s(c):
     (c.home / "allow_tool").write_text("# written by the Agenvoy CLI\nmcp__echo__echo\n\nmcp__other__*\n")
     started = time.monotonic()
-    wait_until(lambda: sorted(r[0] for r in db_rows(c, "select entry from mcpcore_allowentry"))
-               == ["mcp__echo__echo", "mcp__other__*"], 2.0, what="allow entries mirrored")
+    wait_until(
+        lambda: (
+            sorted(r[0] for r in db_rows(c, "select entry from mcpcore_allowentry"))
+            == ["mcp__echo__echo", "mcp__other__*"]
+        ),
+        2.0,
+        what="allow entries mirrored",
+    )
     assert time.monotonic() - started < 2.0
     # And the gate follows the file: the listed tool runs without asking.
     r = c.call("mcp__echo__echo", {"text": "trusted"})
@@ -53,9 +59,14 @@ def test_it_reports_a_broken_mcp_json_and_keeps_the_last_good_list(c):
     before_status = c.status()
     broken = '{"servers": {"echo": {"command": '
     (c.home / "mcp.json").write_text(broken)
-    wait_until(lambda: db_rows(c, "select error from mcpcore_filestate where name='mcp.json'")
-               and db_rows(c, "select error from mcpcore_filestate where name='mcp.json'")[0][0], 3.0,
-               what="problem recorded")
+    wait_until(
+        lambda: (
+            db_rows(c, "select error from mcpcore_filestate where name='mcp.json'")
+            and db_rows(c, "select error from mcpcore_filestate where name='mcp.json'")[0][0]
+        ),
+        3.0,
+        what="problem recorded",
+    )
     assert "mcp.json is not valid JSON" in c.log_text()
     time.sleep(1.5)
     # Left as it was, the running server still connected and callable.

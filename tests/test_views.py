@@ -923,4 +923,6 @@ def test_it_builds_a_try_form_only_when_it_is_opened(signed_in, every):
     assert r.status_code == 302 and r["Location"] == "/servers/every/?try=echo"
     page = signed_in.get("/servers/every/?try=echo").content.decode()
     assert page.count('name="raw_json"') == 1
-    assert signed_in.get("/servers/every/try-form/?tool=nope", headers={"HX-Request": "true"}).status_code == 404
+    assert (
+        signed_in.get("/servers/every/try-form/?tool=nope", headers={"HX-Request": "true"}).status_code == 404
+    )

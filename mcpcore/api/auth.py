@@ -35,9 +35,7 @@ def _token_of(request: HttpRequest) -> ApiToken | None:
     scheme, _, value = header.partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         return None
-    token = ApiToken.objects.filter(
-        token_hash=ApiToken.hash(value.strip()), revoked_at__isnull=True
-    ).first()
+    token = ApiToken.objects.filter(token_hash=ApiToken.hash(value.strip()), revoked_at__isnull=True).first()
     if token is not None:
         now = timezone.now()
         # Touch last_used at most once a minute: a write per call would cost throughput.

@@ -25,7 +25,6 @@ class ApiHandler(ASGIHandler):
         finally:
             settings.MIDDLEWARE = saved
 
-
     async def __call__(self, scope, receive, send):
         # No per-request ThreadSensitiveContext: the API's database work runs on mcpcore.db's
         # threads, and the thread Django would start for each request would only run the

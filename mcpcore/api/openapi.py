@@ -6,24 +6,30 @@ _ERR = {"$ref": "#/components/schemas/Error"}
 _OK = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 
 
-def _op(summary: str, body: dict | None = None, answer: dict | None = None,
-        errors: tuple[int, ...] = (400,), params: list | None = None) -> dict:
+def _op(
+    summary: str,
+    body: dict | None = None,
+    answer: dict | None = None,
+    errors: tuple[int, ...] = (400,),
+    params: list | None = None,
+) -> dict:
     op: dict = {
         "summary": summary,
         "responses": {
             "200": {"description": "OK", "content": {"application/json": {"schema": answer or _OK}}},
-            "401": {"description": "authentication required",
-                    "content": {"application/json": {"schema": _ERR}}},
+            "401": {
+                "description": "authentication required",
+                "content": {"application/json": {"schema": _ERR}},
+            },
         },
     }
     for code in errors:
         op["responses"][str(code)] = {
-            "description": "error", "content": {"application/json": {"schema": _ERR}}
+            "description": "error",
+            "content": {"application/json": {"schema": _ERR}},
         }
     if body is not None:
-        op["requestBody"] = {
-            "required": True, "content": {"application/json": {"schema": body}}
-        }
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
     if params:
         op["parameters"] = params
     return op
@@ -34,20 +40,36 @@ def _obj(props: dict, required: tuple[str, ...] = ()) -> dict:
 
 
 _STR = {"type": "string"}
-_SERVER = _obj({
-    "command": _STR, "args": {"type": "array", "items": _STR},
-    "env": {"type": "object", "additionalProperties": _STR}, "url": _STR,
-    "headers": {"type": "object", "additionalProperties": _STR},
-    "type": {"type": "string", "enum": ["stdio", "streamable-http", "sse"]},
-    "disabled": {"type": "boolean"}, "timeout": {"type": "number", "minimum": 1},
-})
-_CALL_ANSWER = _obj({
-    "call_id": _STR, "session_id": _STR, "status": _STR, "result": _STR,
-    "confirm_id": {"type": ["string", "null"]}, "abort": {"type": "boolean"},
-}, ("call_id", "session_id", "status"))
+_SERVER = _obj(
+    {
+        "command": _STR,
+        "args": {"type": "array", "items": _STR},
+        "env": {"type": "object", "additionalProperties": _STR},
+        "url": _STR,
+        "headers": {"type": "object", "additionalProperties": _STR},
+        "type": {"type": "string", "enum": ["stdio", "streamable-http", "sse"]},
+        "disabled": {"type": "boolean"},
+        "timeout": {"type": "number", "minimum": 1},
+    }
+)
+_CALL_ANSWER = _obj(
+    {
+        "call_id": _STR,
+        "session_id": _STR,
+        "status": _STR,
+        "result": _STR,
+        "confirm_id": {"type": ["string", "null"]},
+        "abort": {"type": "boolean"},
+    },
+    ("call_id", "session_id", "status"),
+)
 _PATH = lambda name: {"name": name, "in": "path", "required": True, "schema": _STR}  # noqa: E731
-_WAIT = {"name": "wait", "in": "query", "required": False,
-         "schema": {"type": "number", "minimum": 0, "maximum": 300}}
+_WAIT = {
+    "name": "wait",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "number", "minimum": 0, "maximum": 300},
+}
 
 PATHS = {
     "/v1/mcp": {
@@ -56,36 +78,70 @@ PATHS = {
     },
     "/v1/mcp/remove": {"post": _op("Remove a server", _obj({"name": _STR}, ("name",)), errors=(400, 404))},
     "/v1/mcp/status": {"get": _op("Connection status of every server", errors=())},
-    "/v1/mcp/reconnect": {"post": _op("Reconnect one server or all", _obj({"name": _STR}), errors=(400, 404))},
+    "/v1/mcp/reconnect": {
+        "post": _op("Reconnect one server or all", _obj({"name": _STR}), errors=(400, 404))
+    },
     "/v1/mcp/tools": {"get": _op("Registered tools", errors=())},
     "/v1/mcp/instructions": {"get": _op("Server instructions as a system-prompt block", errors=())},
     "/v1/allowlist": {
-        "get": _op("Allow-list entries", errors=(), params=[
-            {"name": "prefix", "in": "query", "required": False, "schema": _STR}]),
-        "post": _op("Replace the entries of one prefix", _obj({
-            "tool": _obj({"prefix": _STR, "entries": {"type": "array", "items": _STR}}, ("prefix",)),
-        })),
+        "get": _op(
+            "Allow-list entries",
+            errors=(),
+            params=[{"name": "prefix", "in": "query", "required": False, "schema": _STR}],
+        ),
+        "post": _op(
+            "Replace the entries of one prefix",
+            _obj(
+                {
+                    "tool": _obj({"prefix": _STR, "entries": {"type": "array", "items": _STR}}, ("prefix",)),
+                }
+            ),
+        ),
     },
     "/v1/mcp/call": {
-        "post": _op("Call a tool through the confirmation gate", _obj({
-            "name": _STR, "arguments": {"type": "object"}, "session_id": _STR,
-            "mode": {"type": "string", "enum": ["confirm", "auto", "single-confirm", "always-allow"]},
-            "wait": {"type": "number", "minimum": 0, "maximum": 300},
-        }, ("name",)), _CALL_ANSWER, errors=(400, 403, 404, 503)),
+        "post": _op(
+            "Call a tool through the confirmation gate",
+            _obj(
+                {
+                    "name": _STR,
+                    "arguments": {"type": "object"},
+                    "session_id": _STR,
+                    "mode": {"type": "string", "enum": ["confirm", "auto", "single-confirm", "always-allow"]},
+                    "wait": {"type": "number", "minimum": 0, "maximum": 300},
+                },
+                ("name",),
+            ),
+            _CALL_ANSWER,
+            errors=(400, 403, 404, 503),
+        ),
     },
     "/v1/mcp/calls/{call_id}": {
-        "get": _op("A call, optionally waiting for it to end", answer=_CALL_ANSWER,
-                   errors=(400, 404), params=[_PATH("call_id"), _WAIT]),
+        "get": _op(
+            "A call, optionally waiting for it to end",
+            answer=_CALL_ANSWER,
+            errors=(400, 404),
+            params=[_PATH("call_id"), _WAIT],
+        ),
     },
     "/v1/mcp/calls/{call_id}/cancel": {
         "post": _op("Cancel a pending or running call", errors=(404, 409), params=[_PATH("call_id")]),
     },
     "/v1/pending": {"get": _op("Pending confirmations, oldest first", errors=())},
     "/v1/session/{session_id}/confirm/{confirm_id}": {
-        "post": _op("Reply to a pending confirmation", _obj({
-            "approve": {"type": "boolean"}, "remember": {"type": "boolean"},
-            "allow_turn": {"type": "boolean"}, "abort": {"type": "boolean"}, "reason": _STR,
-        }), errors=(400, 404, 410), params=[_PATH("session_id"), _PATH("confirm_id")]),
+        "post": _op(
+            "Reply to a pending confirmation",
+            _obj(
+                {
+                    "approve": {"type": "boolean"},
+                    "remember": {"type": "boolean"},
+                    "allow_turn": {"type": "boolean"},
+                    "abort": {"type": "boolean"},
+                    "reason": _STR,
+                }
+            ),
+            errors=(400, 404, 410),
+            params=[_PATH("session_id"), _PATH("confirm_id")],
+        ),
     },
 }
 

@@ -149,8 +149,14 @@ async def mcp_call(request: HttpRequest) -> JsonResponse:
     local = control.local_supervisor
     try:
         call = await db.run(
-            calls.create, request.api_token, "", body.get("name"), body.get("arguments"),
-            body.get("session_id"), body.get("mode"), local.holds if local else None,
+            calls.create,
+            request.api_token,
+            "",
+            body.get("name"),
+            body.get("arguments"),
+            body.get("session_id"),
+            body.get("mode"),
+            local.holds if local else None,
         )
     except calls.CallError as exc:
         raise ApiError(exc.message, exc.status) from None

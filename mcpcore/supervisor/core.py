@@ -244,9 +244,11 @@ class Supervisor:
                 continue
             if owner and not self.exclusive and expires and expires > now:
                 continue
-            took = Server.objects.filter(name=name, owner=owner).filter(
-                Q(lease_expires=expires) if expires else Q(lease_expires__isnull=True)
-            ).update(owner=self.name, lease_expires=until)
+            took = (
+                Server.objects.filter(name=name, owner=owner)
+                .filter(Q(lease_expires=expires) if expires else Q(lease_expires__isnull=True))
+                .update(owner=self.name, lease_expires=until)
+            )
             if took == 1:
                 mine.add(name)
                 if owner:
@@ -267,13 +269,14 @@ class Supervisor:
         """Give back servers beyond our fair share (a worker that started first took them
         all), one per tick, idle ones only, so the others can take them."""
         busy = {task_server for task_server in self._busy_servers()}
-        for name in sorted(owned - busy, reverse=True)[:min(surplus, 1)]:
+        for name in sorted(owned - busy, reverse=True)[: min(surplus, 1)]:
             session = self.sessions.pop(name, None)
             if session is not None:
                 await session.stop()
             self._signatures.pop(name, None)
-            await db.run(Server.objects.filter(name=name, owner=self.name).update,
-                         owner="", lease_expires=None)
+            await db.run(
+                Server.objects.filter(name=name, owner=self.name).update, owner="", lease_expires=None
+            )
             owned = owned - {name}
             log.info("handed %s over for balance", name)
         return owned

@@ -58,7 +58,11 @@ async def run_claimed(sup, call: ToolCall) -> dict | None:
 async def _execute(sup, call: ToolCall) -> tuple[str, str, dict]:
     session = sup.sessions.get(call.server_name)
     if session is None:
-        return "error", f"server {call.server_name} is not connected: not held by this worker", {"is_error": True}
+        return (
+            "error",
+            f"server {call.server_name} is not connected: not held by this worker",
+            {"is_error": True},
+        )
     timeout = session.call_timeout or settings.AGENVOY_CALL_TIMEOUT
     session.active_calls += 1
     try:

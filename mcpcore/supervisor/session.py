@@ -61,8 +61,10 @@ def is_session_lost(exc: BaseException) -> bool:
         return any(is_session_lost(e) for e in _leaves(exc))
     if isinstance(exc, MCPError):
         return exc.error.code == -32000 or "session" in str(exc).lower() and "404" in str(exc)
-    return isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, EOFError,
-                            ConnectionError, anyio.EndOfStream))
+    return isinstance(
+        exc,
+        (anyio.ClosedResourceError, anyio.BrokenResourceError, EOFError, ConnectionError, anyio.EndOfStream),
+    )
 
 
 def _not_supported(exc: BaseException) -> bool:
@@ -140,8 +142,10 @@ class ServerSession:
             if server is None:
                 return
             if not server.enabled or server.misconfigured:
-                await self._set_state("disabled" if not server.enabled else "error",
-                                      "" if not server.enabled else server.last_error)
+                await self._set_state(
+                    "disabled" if not server.enabled else "error",
+                    "" if not server.enabled else server.last_error,
+                )
                 self._finish_attempts(server.last_error or "disabled")
                 await self._wait_wake(math.inf)
                 continue
@@ -345,7 +349,8 @@ class ServerSession:
 
     async def _publish_connected(self, client: Client) -> None:
         info = client.server_info.model_dump(mode="json", exclude_none=True) if client.server_info else {}
-        await db.run(Server.objects.filter(name=self.name).update, 
+        await db.run(
+            Server.objects.filter(name=self.name).update,
             state="connected",
             last_error="",
             protocol_version=self.protocol,
@@ -358,7 +363,8 @@ class ServerSession:
     async def _set_state(self, state: str, error: str) -> None:
         changed = await db.run(
             Server.objects.filter(name=self.name).exclude(state=state, last_error=error).update,
-            state=state, last_error=error,
+            state=state,
+            last_error=error,
         )
         if changed:
             await control.asend_group(control.STATUS, {"type": "status.changed", "server": self.name})

@@ -50,8 +50,9 @@ async def stdio_transport(params: StdioServerParameters, errlog: IO[str]) -> Asy
     async def reader() -> None:
         parts: list[bytes] = []
         async with read_send:
-            with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError,
-                          ConnectionError):
+            with suppress(
+                anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError
+            ):
                 async for chunk in process.stdout:
                     start = 0
                     while (end := chunk.find(b"\n", start)) != -1:
@@ -59,8 +60,11 @@ async def stdio_transport(params: StdioServerParameters, errlog: IO[str]) -> Asy
                         line, parts = b"".join(parts), []
                         start = end + 1
                         if line.strip():
-                            message = (await anyio.to_thread.run_sync(_parse, line)
-                                       if len(line) >= BIG_LINE else _parse(line))
+                            message = (
+                                await anyio.to_thread.run_sync(_parse, line)
+                                if len(line) >= BIG_LINE
+                                else _parse(line)
+                            )
                             await read_send.send(message)
                     if start < len(chunk):
                         parts.append(chunk[start:])

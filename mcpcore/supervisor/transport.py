@@ -60,8 +60,19 @@ def stdio_params(config: dict, tag: str = "", cwd: Path | None = None) -> StdioS
     )
 
 
-_PASS_THROUGH = {"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "SHELL", "TERM",
-                 "NODE_PATH", "PYENV_ROOT", "VIRTUAL_ENV"}
+_PASS_THROUGH = {
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "USER",
+    "SHELL",
+    "TERM",
+    "NODE_PATH",
+    "PYENV_ROOT",
+    "VIRTUAL_ENV",
+}
 
 
 def make_target(config: dict, transport: str, errlog: IO[str], tag: str = ""):

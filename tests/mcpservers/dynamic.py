@@ -73,8 +73,15 @@ async def serve_legacy_only(low, read, write, options) -> None:
     from mcp.server.runner import _serve_legacy_stream
 
     async with low.lifespan(low) as state:
-        await _serve_legacy_stream(low, read, write, lifespan_state=state, session_id=None,
-                                   init_options=options, raise_exceptions=False)
+        await _serve_legacy_stream(
+            low,
+            read,
+            write,
+            lifespan_state=state,
+            session_id=None,
+            init_options=options,
+            raise_exceptions=False,
+        )
 
 
 async def main() -> None:

@@ -25,8 +25,10 @@ def text(n: int) -> list[TextContent]:
 @mcp.tool(structured_output=False)
 def image(n: int) -> list:
     """Return an image with n bytes of base64 data, then a text item."""
-    return [ImageContent(type="image", data="A" * n, mime_type="image/png"),
-            TextContent(type="text", text="caption")]
+    return [
+        ImageContent(type="image", data="A" * n, mime_type="image/png"),
+        TextContent(type="text", text="caption"),
+    ]
 
 
 @mcp.tool(structured_output=False)

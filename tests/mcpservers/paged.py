@@ -5,6 +5,7 @@ The cursor is the next start index as a string; a bad cursor is an INVALID_PARAM
 """
 
 import os
+
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
@@ -33,7 +34,9 @@ async def list_tools(ctx, params: types.PaginatedRequestParams | None) -> types.
 
 async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
     if not any(t.name == params.name for t in TOOLS):
-        return types.CallToolResult(content=[types.TextContent(type="text", text="no such tool")], is_error=True)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text="no such tool")], is_error=True
+        )
     return types.CallToolResult(content=[types.TextContent(type="text", text=params.name)])
 
 

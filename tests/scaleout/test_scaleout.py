@@ -32,9 +32,13 @@ class Cluster:
         home.mkdir()
         (home / "mcp.json").write_text(json.dumps({"servers": {n: our_server("echo.py") for n in SERVERS}}))
         self.env = {
-            **os.environ, "DATABASE_URL": self.pg.url, "REDIS_URL": self.redis.url,
-            "AGENVOY_HOME": str(home), "AGENVOY_DATA_DIR": str(self.base / "data"),
-            "DJANGO_SECRET_KEY": "scale-test", "PYTHONUNBUFFERED": "1",
+            **os.environ,
+            "DATABASE_URL": self.pg.url,
+            "REDIS_URL": self.redis.url,
+            "AGENVOY_HOME": str(home),
+            "AGENVOY_DATA_DIR": str(self.base / "data"),
+            "DJANGO_SECRET_KEY": "scale-test",
+            "PYTHONUNBUFFERED": "1",
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
         }
         self.procs: dict[str, subprocess.Popen] = {}
@@ -45,15 +49,22 @@ class Cluster:
             self.start_worker(f"w{i}")
 
     def manage(self, *args: str) -> str:
-        out = subprocess.run([PYTHON, str(ROOT / "manage.py"), *args], env=self.env, cwd=ROOT,
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [PYTHON, str(ROOT / "manage.py"), *args],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout
 
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
         log = open(self.base / f"{name}.log", "ab")
-        proc = subprocess.Popen(cmd, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.procs[name] = proc
         return proc
 
@@ -76,8 +87,9 @@ class Cluster:
         self._spawn(name, [PYTHON, str(ROOT / "manage.py"), "mcpworker", "--name", name])
 
     def api(self, web: int = 0) -> httpx2.Client:
-        return httpx2.Client(base_url=self.webs[web], timeout=60,
-                             headers={"Authorization": f"Bearer {self.token}"})
+        return httpx2.Client(
+            base_url=self.webs[web], timeout=60, headers={"Authorization": f"Bearer {self.token}"}
+        )
 
     def status(self, web: int = 0) -> dict:
         with self.api(web) as c:
@@ -120,8 +132,12 @@ def test_it_gives_every_server_to_exactly_one_worker(cluster):
     # Each server's process runs once in all: 5 echo servers, no duplicates.
     import psutil
 
-    echo = [p for p in psutil.process_iter(["cmdline"]) if any("echo.py" in a for a in (p.info["cmdline"] or []))
-            and any(str(cluster.procs[w].pid) == str(p.ppid()) for w in ("w1", "w2"))]
+    echo = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if any("echo.py" in a for a in (p.info["cmdline"] or []))
+        and any(str(cluster.procs[w].pid) == str(p.ppid()) for w in ("w1", "w2"))
+    ]
     assert len(echo) == 5
 
 
@@ -130,8 +146,10 @@ def test_it_serves_a_call_through_each_web_process(cluster):
     for web in (0, 1):
         with cluster.api(web) as c:
             for n in SERVERS:
-                r = c.post("/v1/mcp/call", json={"name": f"mcp__{n}__echo", "arguments": {"text": f"{n}-{web}"},
-                                                 "mode": "auto"})
+                r = c.post(
+                    "/v1/mcp/call",
+                    json={"name": f"mcp__{n}__echo", "arguments": {"text": f"{n}-{web}"}, "mode": "auto"},
+                )
                 assert r.status_code == 200 and r.json()["result"] == f"{n}-{web}", r.text
 
 
@@ -141,14 +159,24 @@ def test_it_runs_a_call_made_on_one_web_process_and_approved_on_the_other(cluste
 
     def call():
         with cluster.api(0) as c:
-            out["r"] = c.post("/v1/mcp/call", json={"name": "mcp__s3__echo", "arguments": {"text": "crossed"},
-                                                    "session_id": "cross", "wait": 30})
+            out["r"] = c.post(
+                "/v1/mcp/call",
+                json={
+                    "name": "mcp__s3__echo",
+                    "arguments": {"text": "crossed"},
+                    "session_id": "cross",
+                    "wait": 30,
+                },
+            )
 
     t = threading.Thread(target=call)
     t.start()
     with cluster.api(1) as c2:
-        pend = wait_until(lambda: [p for p in c2.get("/v1/pending").json()["pending"] if p["session_id"] == "cross"],
-                          10, what="pending seen on web 2")
+        pend = wait_until(
+            lambda: [p for p in c2.get("/v1/pending").json()["pending"] if p["session_id"] == "cross"],
+            10,
+            what="pending seen on web 2",
+        )
         started = time.monotonic()
         r = c2.post(f"/v1/session/cross/confirm/{pend[0]['id']}", json={"approve": True})
         assert r.json() == {"ok": True}
@@ -180,8 +208,16 @@ def test_it_fails_over_when_a_worker_is_killed_without_losing_calls(cluster):
                 n = SERVERS[i % len(SERVERS)]
                 t0 = time.monotonic()
                 try:
-                    r = c.post("/v1/mcp/call", json={"name": f"mcp__{n}__echo", "arguments": {"text": str(i)},
-                                                     "mode": "auto", "wait": 40}, timeout=60)
+                    r = c.post(
+                        "/v1/mcp/call",
+                        json={
+                            "name": f"mcp__{n}__echo",
+                            "arguments": {"text": str(i)},
+                            "mode": "auto",
+                            "wait": 40,
+                        },
+                        timeout=60,
+                    )
                     results.append((n, time.monotonic() - t0, r.status_code, r.json()))
                 except httpx2.HTTPError as exc:
                     results.append((n, time.monotonic() - t0, 0, {"error": str(exc)}))
@@ -203,7 +239,10 @@ def test_it_fails_over_when_a_worker_is_killed_without_losing_calls(cluster):
     # The takeover is complete once a call to each moved server succeeds.
     with cluster.api(1) as c:
         for n in moved:
-            r = c.post("/v1/mcp/call", json={"name": f"mcp__{n}__echo", "arguments": {"text": "after"}, "mode": "auto"})
+            r = c.post(
+                "/v1/mcp/call",
+                json={"name": f"mcp__{n}__echo", "arguments": {"text": "after"}, "mode": "auto"},
+            )
             assert r.json()["result"] == "after"
     served = time.monotonic() - killed_at
     time.sleep(1)

@@ -8,8 +8,7 @@ import sys
 from django.core.management.base import BaseCommand
 from twisted.internet import defer, reactor
 
-from mcpcore.supervisor import Supervisor
-from mcpcore.supervisor import host
+from mcpcore.supervisor import Supervisor, host
 
 log = logging.getLogger("mcpcore.serve")
 
