@@ -3,6 +3,7 @@ replies to confirmations, expiry, cancellation, and waiting for a call to end. U
 side and the supervisor alike; nothing here imports `mcp`."""
 
 import asyncio
+import logging
 import datetime
 import json
 import uuid
@@ -14,6 +15,9 @@ from django.utils import timezone
 
 from . import allowlist, control, db, files, gate
 from .models import AllowEntry, ApiToken, Server, SessionAllowance, Tool, ToolCall, Worker
+
+
+log = logging.getLogger("mcpcore.calls")
 
 
 class CallError(Exception):
@@ -200,7 +204,11 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
             if changed and body.get("allow_turn"):
                 SessionAllowance.objects.create(session_id=session_id, granted_by=who)
         if changed and body.get("remember"):
-            files.add_allow_entry(call.tool_name)
+            try:
+                files.add_allow_entry(call.tool_name)
+            except files.ConfigFileError as exc:
+                # The approval stands; only remembering it failed, and the log says why.
+                log.warning("could not remember %s in allow_tool: %s", call.tool_name, exc)
     else:
         changed = pending.update(
             status="skipped",
