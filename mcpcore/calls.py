@@ -3,9 +3,9 @@ replies to confirmations, expiry, cancellation, and waiting for a call to end. U
 side and the supervisor alike; nothing here imports `mcp`."""
 
 import asyncio
-import logging
 import datetime
 import json
+import logging
 import uuid
 
 from channels.layers import get_channel_layer
@@ -15,7 +15,6 @@ from django.utils import timezone
 
 from . import allowlist, control, db, files, gate
 from .models import AllowEntry, ApiToken, Server, SessionAllowance, Tool, ToolCall, Worker
-
 
 log = logging.getLogger("mcpcore.calls")
 
