@@ -3,6 +3,7 @@ processes, five stdio MCP servers of ours (SPEC 9, issue 6)."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -153,8 +154,29 @@ def test_it_serves_a_call_through_each_web_process(cluster):
                 assert r.status_code == 200 and r.json()["result"] == f"{n}-{web}", r.text
 
 
+def signed_in_browser(cluster, web: int) -> httpx2.Client:
+    """A person's session on one web process: sign in through the page like a browser."""
+    cluster.manage(
+        "shell",
+        "-c",
+        "from django.contrib.auth.models import User;"
+        " User.objects.filter(username='op').exists() or"
+        " User.objects.create_user('op', password='op-pass-123')",
+    )
+    b = httpx2.Client(base_url=cluster.webs[web], timeout=30, follow_redirects=True)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', b.get("/login/").text).group(1)
+    r = b.post(
+        "/login/",
+        data={"username": "op", "password": "op-pass-123", "csrfmiddlewaretoken": token},
+        headers={"Referer": cluster.webs[web] + "/login/"},
+    )
+    assert "Sign out" in r.text
+    return b
+
+
 def test_it_runs_a_call_made_on_one_web_process_and_approved_on_the_other(cluster):
     wait_until(lambda: all_connected(cluster), 30, 0.2)
+    browser = signed_in_browser(cluster, 1)
     out = {}
 
     def call():
@@ -171,18 +193,28 @@ def test_it_runs_a_call_made_on_one_web_process_and_approved_on_the_other(cluste
 
     t = threading.Thread(target=call)
     t.start()
-    with cluster.api(1) as c2:
-        pend = wait_until(
-            lambda: [p for p in c2.get("/v1/pending").json()["pending"] if p["session_id"] == "cross"],
-            10,
-            what="pending seen on web 2",
-        )
-        started = time.monotonic()
-        r = c2.post(f"/v1/session/cross/confirm/{pend[0]['id']}", json={"approve": True})
-        assert r.json() == {"ok": True}
+    # The pending call shows on the page served by web process 2 ...
+    page = wait_until(
+        lambda: (html := browser.get("/pending/").text) and "crossed" in html and html,
+        10,
+        what="pending shown on web 2",
+    )
+    form = re.search(r'<form[^>]+action="(/pending/[^"]+/reply/)"', page).group(1)
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    started = time.monotonic()
+    # ... and a person approves it there; web process 1's waiting client gets the result.
+    r = browser.post(
+        form,
+        data={"csrfmiddlewaretoken": csrf, "session_id": "cross", "action": "approve"},
+        headers={"Referer": cluster.webs[1] + "/pending/"},
+    )
+    assert r.status_code == 200
     t.join(30)
     assert out["r"].status_code == 200 and out["r"].json()["result"] == "crossed"
     assert time.monotonic() - started < 5
+    with cluster.api(1) as c:
+        detail = c.get(f"/v1/mcp/calls/{out['r'].json()['call_id']}").json()
+    assert detail["decided_by"] == "op" and detail["decision"] == "approve"
 
 
 def test_it_connects_a_new_server_added_through_the_api(cluster):
