@@ -186,20 +186,21 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
         expire(call.id)
         raise ReplyError("confirmation already resolved or expired", 410)
     pending = ToolCall.objects.filter(id=call.id, status="pending")
-    if body.get("abort"):
+    decided = {"decided_by": who, "decided_at": now}
+    if body.get("abort") or not body.get("approve"):
+        aborted = bool(body.get("abort"))
         changed = pending.update(
-            status="aborted",
-            decision="abort",
-            decided_by=who,
-            decided_at=now,
+            status="aborted" if aborted else "skipped",
+            decision="abort" if aborted else "deny",
             reason=reason,
-            result=gate.ABORTED,
+            result=gate.ABORTED if aborted else gate.skipped_text(reason),
             ended_at=now,
+            **decided,
         )
-    elif body.get("approve"):
+    else:
         decision = "remember" if body.get("remember") else "session" if body.get("allow_turn") else "approve"
         with transaction.atomic():
-            changed = pending.update(status="running", decision=decision, decided_by=who, decided_at=now)
+            changed = pending.update(status="running", decision=decision, **decided)
             if changed and body.get("allow_turn"):
                 SessionAllowance.objects.create(session_id=session_id, granted_by=who)
         if changed and body.get("remember"):
@@ -208,16 +209,6 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
             except files.ConfigFileError as exc:
                 # The approval stands; only remembering it failed, and the log says why.
                 log.warning("could not remember %s in allow_tool: %s", call.tool_name, exc)
-    else:
-        changed = pending.update(
-            status="skipped",
-            decision="deny",
-            decided_by=who,
-            decided_at=now,
-            reason=reason,
-            result=gate.skipped_text(reason),
-            ended_at=now,
-        )
     if not changed:
         raise ReplyError("confirmation already resolved or expired", 410)
     call.refresh_from_db()
