@@ -82,6 +82,20 @@ def _ignore() -> Iterator[None]:
         pass
 
 
+def sweep_stale_temp_files(older_than: float = 60.0) -> int:
+    """Remove temp files that a writer killed mid-write left behind (`.<name>.*.tmp`). Young
+    ones may belong to a write in progress elsewhere, so only old ones go."""
+    removed = 0
+    cutoff = time.time() - older_than
+    for name in (MCP_JSON, ALLOW_TOOL):
+        for tmp in home().glob(f".{name}.*.tmp"):
+            with _ignore():
+                if tmp.stat().st_mtime < cutoff:
+                    tmp.unlink()
+                    removed += 1
+    return removed
+
+
 # --- mcp.json -----------------------------------------------------------------------------
 
 

@@ -555,3 +555,16 @@ def test_it_keeps_server_rows_mirroring_mcp_json_when_two_writers_race(agenvoy_h
     _race(monkeypatch, "read_mcp_json", 2, add("a"), add("b"))
     assert sorted(json.loads((agenvoy_home / "mcp.json").read_text())["servers"]) == ["a", "b"]
     assert _servers() == ["a", "b"]
+
+
+def test_it_sweeps_only_old_temp_files_left_by_killed_writers(agenvoy_home):
+    old = agenvoy_home / ".allow_tool.abc123.tmp"
+    old.write_text("mcp__a__")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    young = agenvoy_home / ".mcp.json.def456.tmp"
+    young.write_text("{")
+    keep = agenvoy_home / "allow_tool"
+    keep.write_text("mcp__a__b\n")
+    os.utime(keep, (time.time() - 3600, time.time() - 3600))
+    assert files.sweep_stale_temp_files() == 1
+    assert not old.exists() and young.exists() and keep.read_text() == "mcp__a__b\n"

@@ -176,6 +176,7 @@ class Supervisor:
     async def _loop(self) -> None:
         """Every tick: shared files, heartbeat and leases, sessions to start or stop,
         confirmations to expire, calls to pick up. Woken early by a rescan request."""
+        await db.run(files.sweep_stale_temp_files)
         await db.run(files.sync_allow)
         await db.run(files.sync_servers)
         self._watcher.changed(files.ALLOW_TOOL)
