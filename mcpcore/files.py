@@ -264,12 +264,10 @@ def add_allow_entry(entry: str) -> None:
 # --- mirroring into the database ----------------------------------------------------------
 
 
-def _record(name: str, error: str, content_hash: str = "") -> None:
+def _record(name: str, error: str) -> None:
     from .models import FileState
 
     defaults = {"error": error, "checked_at": timezone.now()}
-    if content_hash:
-        defaults["content_hash"] = content_hash
     FileState.objects.update_or_create(name=name, defaults=defaults)
 
 

@@ -347,4 +347,3 @@ class FileState(models.Model):
     name = models.CharField(max_length=32, unique=True)
     error = models.TextField(blank=True, default="")
     checked_at = models.DateTimeField(default=timezone.now)
-    content_hash = models.CharField(max_length=64, blank=True, default="")

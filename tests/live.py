@@ -43,6 +43,21 @@ def everything_stdio() -> dict:
     return {"command": "node", "args": [str(EVERYTHING), "stdio"]}
 
 
+def manage(env: dict, *args: str) -> str:
+    """Run a management command the way an operator would; its output, or an error."""
+    out = subprocess.run(
+        [PYTHON, str(ROOT / "manage.py"), *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed: {out.stderr[-2000:]}")
+    return out.stdout
+
+
 def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
     """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -114,17 +129,7 @@ class Console:
         return token
 
     def manage(self, *args: str) -> str:
-        out = subprocess.run(
-            [PYTHON, str(ROOT / "manage.py"), *args],
-            env=self.env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed: {out.stderr[-2000:]}")
-        return out.stdout
+        return manage(self.env, *args)
 
     def start(self) -> "Console":
         self.log = open(self.base / f"serve-{self.port}.log", "ab")

@@ -5,7 +5,6 @@ folders, stopped at the end. PostgreSQL refuses to run as root, so as root it ru
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 from tests.live import free_port, wait_until
@@ -125,9 +124,3 @@ class Postgres:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
-
-
-def wait_port_closed(proc: subprocess.Popen, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)

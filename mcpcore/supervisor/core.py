@@ -47,7 +47,6 @@ class Supervisor:
         self._tasks: list[asyncio.Task] = []
         self._watcher = files.FileWatcher()
         self._errlogs: dict[str, object] = {}
-        self.started = asyncio.Event()
         self._connects = asyncio.Semaphore(max(4, 2 * (os.cpu_count() or 1)))
 
     # --- life --------------------------------------------------------------------------------
@@ -181,7 +180,6 @@ class Supervisor:
         await db.run(files.sync_servers)
         self._watcher.changed(files.ALLOW_TOOL)
         self._watcher.changed(files.MCP_JSON)
-        self.started.set()
         while not self._stop.is_set():
             try:
                 await self._tick()
@@ -269,7 +267,7 @@ class Supervisor:
     async def _hand_over(self, owned: set[str], surplus: int) -> set[str]:
         """Give back servers beyond our fair share (a worker that started first took them
         all), one per tick, idle ones only, so the others can take them."""
-        busy = {task_server for task_server in self._busy_servers()}
+        busy = {s.name for s in self.sessions.values() if s.active_calls}
         for name in sorted(owned - busy, reverse=True)[: min(surplus, 1)]:
             session = self.sessions.pop(name, None)
             if session is not None:
@@ -281,6 +279,3 @@ class Supervisor:
             owned = owned - {name}
             log.info("handed %s over for balance", name)
         return owned
-
-    def _busy_servers(self) -> set[str]:
-        return {s.name for s in self.sessions.values() if s.active_calls}

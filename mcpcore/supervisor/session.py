@@ -92,7 +92,6 @@ class ServerSession:
         self._stopping = False
         self._reconnect = False
         self._attempt_done: list[asyncio.Future] = []
-        self.last_poll = None
         self.call_timeout: float | None = None
         self.active_calls = 0
 
@@ -337,7 +336,6 @@ class ServerSession:
 
     async def _register(self, client: Client) -> None:
         tools = await self._list_all(client)
-        self.last_poll = timezone.now()
         rows, warnings = registry.tool_dicts(self.name, tools)
         sig = registry.signature(rows)
         if sig == self.sup.known_signature(self.name):

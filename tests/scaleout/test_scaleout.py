@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.live import PYTHON, ROOT, free_port, our_server, wait_until
+from tests.live import PYTHON, ROOT, free_port, manage, our_server, wait_until
 from tests.services import Postgres, Redis
 
 pytestmark = pytest.mark.scaleout
@@ -50,16 +50,7 @@ class Cluster:
             self.start_worker(f"w{i}")
 
     def manage(self, *args: str) -> str:
-        out = subprocess.run(
-            [PYTHON, str(ROOT / "manage.py"), *args],
-            env=self.env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert out.returncode == 0, out.stderr[-2000:]
-        return out.stdout
+        return manage(self.env, *args)
 
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
         log = open(self.base / f"{name}.log", "ab")
