@@ -131,27 +131,33 @@ WSGI_APPLICATION = None
 ASGI_APPLICATION = "agenvoy_site.asgi.application"
 
 
+# WAL alone still gives "database is locked" with several writers; IMMEDIATE transactions plus
+# a busy timeout do not (STACK.md). They apply however the SQLite database is named.
+SQLITE_OPTIONS = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
+
+
 def _database() -> dict:
     url = os.environ.get("DATABASE_URL", "").strip()
     if not url:
-        return {
+        config = {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": DATA_DIR / "db.sqlite3",
-            # WAL alone still gives "database is locked" with several writers; IMMEDIATE
-            # transactions plus a busy timeout do not (STACK.md).
-            "OPTIONS": {
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 20,
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            },
             "TEST": {"NAME": DATA_DIR / "test_db.sqlite3"},
         }
-    import dj_database_url
+    else:
+        import dj_database_url
 
-    try:
-        return dj_database_url.parse(url, conn_max_age=0)
-    except Exception as exc:
-        raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
+        try:
+            config = dj_database_url.parse(url, conn_max_age=0)
+        except Exception as exc:
+            raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
+    if config["ENGINE"].endswith("sqlite3"):
+        config["OPTIONS"] = {**SQLITE_OPTIONS, **config.get("OPTIONS", {})}
+    return config
 
 
 DATABASES = {"default": _database()}

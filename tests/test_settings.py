@@ -106,3 +106,30 @@ def test_it_stops_on_a_bad_value_naming_the_variable(outcomes, i, name, value):
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert lines, "no message on stderr"
     assert name in lines[-1], r.stderr
+
+
+PRAGMAS = (
+    "from django.db import connection\n"
+    "with connection.cursor() as c:\n"
+    "    print(c.execute('PRAGMA journal_mode').fetchone()[0], c.execute('PRAGMA busy_timeout').fetchone()[0])\n"
+    "print(connection.settings_dict['OPTIONS'].get('transaction_mode'))\n"
+)
+
+
+@pytest.mark.parametrize("named", ["default", "DATABASE_URL"])
+def test_it_applies_the_sqlite_options_however_the_database_is_named(tmp_path, named):
+    env = _clean_env(tmp_path)
+    if named == "DATABASE_URL":
+        env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'elsewhere.sqlite3'}"
+    out = subprocess.run(
+        [PYTHON, "manage.py", "shell", "--no-imports", "-c", PRAGMAS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["wal", "20000", "IMMEDIATE"]
+    if named == "DATABASE_URL":
+        assert (tmp_path / "elsewhere.sqlite3").exists()
