@@ -263,3 +263,17 @@ def test_it_retries_once_on_a_renewed_session_when_the_server_dies_mid_call(tmp_
         assert done["status"] == "done" and done["result"] == "slept", done
     finally:
         c.close()
+
+
+def test_it_dispatches_the_original_name_of_a_tool_registered_trimmed(tmp_path):
+    # SPEC 3: the registered name is trimmed, but the server is called by the name it gave.
+    c = Console(tmp_path, {"sp": our_server("spaced.py")}).start()
+    try:
+        c.wait_connected("sp")
+        assert "mcp__sp__spaced" in c.tools()
+        r = c.call("mcp__sp__spaced", {}, mode="auto")
+        assert r.status_code == 200, r.text
+        assert r.json()["status"] == "done", r.json()
+        assert r.json()["result"] == "ran the tool named ' spaced '"
+    finally:
+        c.close()

@@ -20,6 +20,7 @@ def tool_dicts(server: str, tools: list) -> tuple[list[dict], list[str]]:
     warnings: list[str] = []
     seen: set[str] = set()
     for tool in tools:
+        # The registered name is trimmed (SPEC 3); the server is always called by its own name.
         tool_name = (tool.name or "").strip()
         if not tool_name:
             warnings.append("a tool with an empty name was skipped")
@@ -37,7 +38,7 @@ def tool_dicts(server: str, tools: list) -> tuple[list[dict], list[str]]:
         annotations = tool.annotations.model_dump(mode="json", exclude_none=True) if tool.annotations else {}
         rows.append(
             {
-                "tool_name": tool_name,
+                "tool_name": tool.name,
                 "registered_name": reg,
                 "title": getattr(tool, "title", None) or "",
                 "description": (tool.description or "").strip()
