@@ -146,10 +146,12 @@ async def dispatch(call: ToolCall) -> None:
         await get_channel_layer().send(channel, {"type": "call.run", "call_id": str(call.id)})
 
 
-async def announce(call_id: str) -> None:
-    """Wake whoever waits on this call, and the browsers' pending lists."""
+async def announce(call_id: str, pending: bool = True) -> None:
+    """Wake whoever waits on this call, and, when the set of pending confirmations changed
+    (`pending`), the browsers' pending lists: each open page re-reads them."""
     await control.asend_group(control.call_group(call_id), {"type": "call.changed", "call_id": call_id})
-    await control.asend_group(control.PENDING, {"type": "pending.changed", "call_id": call_id})
+    if pending:
+        await control.asend_group(control.PENDING, {"type": "pending.changed", "call_id": call_id})
 
 
 def finish(call_id, status: str, result: str, **fields) -> bool:

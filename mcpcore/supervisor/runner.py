@@ -45,13 +45,13 @@ async def run_claimed(sup, call: ToolCall) -> dict | None:
         stopping = sup._stop.is_set()
         status, text = ("interrupted", calls.INTERRUPTED) if stopping else ("cancelled", "cancelled")
         await db.run(calls.finish, call.id, status, text, is_error=stopping)
-        await calls.announce(call_id)
+        await calls.announce(call_id, pending=False)
         raise
     except Exception as exc:  # a failure of this call is this call's error, nothing more
         log.warning("call %s (%s) failed: %s", call_id, call.tool_name, describe(exc))
         status, text, extra = "error", f"tool error: {describe(exc)}", {"is_error": True}
     stored = await db.run(calls.finish, call.id, status, text, **extra)
-    await calls.announce(call_id)
+    await calls.announce(call_id, pending=False)
     return {"status": status, "result": text, **extra} if stored else None
 
 
