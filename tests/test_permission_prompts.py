@@ -104,6 +104,11 @@ def test_it_answers_allow_with_the_input_unchanged_and_runs_nothing(agent):
     assert call.started_at is None and call.ended_at is not None
     assert calls.permission_answer(call) == {"behavior": "allow", "updatedInput": tool_input}
     assert json.loads(call.result) == calls.permission_answer(call)
+
+
+def test_it_never_hands_a_prompt_to_a_worker(agent):
+    # Even a prompt row left `running` (no path writes one) is not picked up as a call to run.
+    ToolCall.objects.filter(id=prompt(agent).id).update(status="running")
     assert calls.unstarted_for([""]) == []
 
 
