@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import allowlist, control, db, files, gate
-from .models import AllowEntry, ApiToken, Server, SessionAllowance, Tool, ToolCall, Worker
+from .models import AllowEntry, ApiToken, PermissionGrant, Server, SessionAllowance, Tool, ToolCall, Worker
 
 log = logging.getLogger("mcpcore.calls")
 
@@ -137,6 +137,8 @@ def owner_channel(server_name: str) -> str | None:
 async def dispatch(call: ToolCall) -> None:
     """Hand a running call to the worker that owns its server (if none, the next owner picks
     it up from the database). The supervisor of this process takes its own calls directly."""
+    if call.is_permission_prompt:
+        return  # answered by the reply itself; there is no server to run it on
     local = control.local_supervisor
     if local is not None and call.server_name in local.sessions:
         local.spawn_call(str(call.id))
@@ -201,11 +203,18 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
         )
     else:
         decision = "remember" if body.get("remember") else "session" if body.get("allow_turn") else "approve"
+        prompt = call.is_permission_prompt
         with transaction.atomic():
-            changed = pending.update(status="running", decision=decision, **decided)
+            if prompt:  # nothing to run: the approval is the answer
+                ended = {"status": "done", "result": json.dumps(_allow(call)), "ended_at": now}
+                changed = pending.update(decision=decision, **ended, **decided)
+            else:
+                changed = pending.update(status="running", decision=decision, **decided)
             if changed and body.get("allow_turn"):
-                SessionAllowance.objects.create(session_id=session_id, granted_by=who)
-        if changed and body.get("remember"):
+                SessionAllowance.objects.create(session_id=session_id, token=call.token, granted_by=who)
+            if changed and prompt and body.get("remember"):
+                remember_permission(call.token, call.tool_name, who)
+        if changed and body.get("remember") and not prompt:
             try:
                 files.add_allow_entry(call.tool_name)
             except files.ConfigFileError as exc:
@@ -242,7 +251,9 @@ def unstarted_for(servers: list[str]) -> list[str]:
     """Approved calls no worker has started yet (their message went to a worker that died)."""
     if not servers:
         return []
-    rows = ToolCall.objects.filter(status="running", started_at__isnull=True, server_name__in=servers)
+    rows = ToolCall.objects.filter(
+        status="running", started_at__isnull=True, server_name__in=servers, kind=ToolCall.TOOL_CONFIRM
+    )
     return [str(cid) for cid in rows.values_list("id", flat=True)]
 
 
@@ -326,3 +337,104 @@ async def wait_ended(call_id, seconds: float) -> ToolCall | None:
                 pass
     finally:
         await layer.group_discard(group, channel)
+
+
+# --- permission prompts (SPEC 13.5) -----------------------------------------------------------
+# `approval_prompt` on /mcp/_permission asks a person about an agent's own tool (Claude Code's
+# `Bash`, `Edit`, ...). The prompt is a ToolCall of kind `permission_prompt` that is never run:
+# a person's approval, a session allowance of that token and session, or a remembered grant of
+# that token for the exact tool name ends it as `done`. `allow_tool` and modes never apply.
+
+
+def create_permission_prompt(
+    token: ApiToken,
+    tool_name: object,
+    tool_input: object,
+    session_id: str,
+    tool_use_id: str | None = None,
+) -> ToolCall:
+    """Record a permission prompt: already allowed (status `done`, decision `remember` or
+    `session`) when a grant or a session allowance of this token covers it, else pending."""
+    if not isinstance(tool_name, str) or not tool_name.strip():
+        raise CallError("tool_name must be a non-empty string", 400)
+    if len(tool_name) > 700:
+        raise CallError("tool_name must be at most 700 characters", 400)
+    if not isinstance(tool_input, dict):
+        raise CallError("input must be a JSON object", 400)
+    try:
+        json.dumps(tool_input, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (ValueError, UnicodeError, RecursionError):
+        raise CallError(
+            "input must be JSON that can be sent as UTF-8 (no lone surrogates, NaN or Infinity)", 400
+        ) from None
+    if tool_use_id is not None and not isinstance(tool_use_id, str):
+        raise CallError("tool_use_id must be a string", 400)
+    if not isinstance(session_id, str) or not session_id.strip() or len(session_id) > 200:
+        raise CallError("session_id must be a non-empty string of at most 200 characters", 400)
+    now = timezone.now()
+    call = ToolCall(
+        kind=ToolCall.PERMISSION_PROMPT,
+        session_id=session_id,
+        tool_name=tool_name,
+        server_name="",
+        tool=tool_name,
+        arguments=tool_input,
+        token=token,
+        requested_by=token.name,
+        created_at=now,
+    )
+    if _granted(token, tool_name):
+        decision = "remember"
+    elif SessionAllowance.objects.filter(
+        token=token, session_id=session_id, revoked_at__isnull=True
+    ).exists():
+        decision = "session"
+    else:
+        decision = ""
+    if decision:
+        call.status, call.decision, call.decided_at, call.ended_at = "done", decision, now, now
+        call.result = json.dumps(_allow(call))
+    else:
+        call.status = "pending"
+        call.confirm_id = uuid.uuid4()
+        call.expires_at = now + datetime.timedelta(seconds=settings.AGENVOY_CONFIRM_TIMEOUT)
+    call.save()
+    return call
+
+
+def permission_answer(call: ToolCall) -> dict:
+    """What the agent receives for an ended permission prompt (SPEC 13.5), as the JSON object
+    Claude Code's `--permission-prompt-tool` expects; anything but an approval is a deny."""
+    if call.status == "done":
+        return _allow(call)
+    if call.status == "aborted":
+        return {"behavior": "deny", "message": gate.ABORTED, "interrupt": True}
+    # skipped and expired carry SPEC 5's texts; cancelled and the rest their own result.
+    return {"behavior": "deny", "message": call.result or f"not allowed: {call.status}"}
+
+
+def remember_permission(token: ApiToken | None, tool_name: str, who: str) -> PermissionGrant | None:
+    """Remember `tool_name` for the token (once: an existing grant in force is kept)."""
+    if token is None:
+        return None
+    grant = PermissionGrant.objects.filter(token=token, tool_name=tool_name, revoked_at__isnull=True).first()
+    return grant or PermissionGrant.objects.create(token=token, tool_name=tool_name, granted_by=who)
+
+
+def revoke_permission(grant_id: int) -> PermissionGrant | None:
+    """Revoke a remembered grant; returns it when this call revoked it."""
+    grant = PermissionGrant.objects.filter(pk=grant_id).first()
+    if grant is None:
+        return None
+    changed = PermissionGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    return grant if changed else None
+
+
+def _granted(token: ApiToken, tool_name: str) -> bool:
+    return PermissionGrant.objects.filter(token=token, tool_name=tool_name, revoked_at__isnull=True).exists()
+
+
+def _allow(call: ToolCall) -> dict:
+    return {"behavior": "allow", "updatedInput": call.arguments}

@@ -222,8 +222,12 @@ class ToolCall(models.Model):
 
     ENDED = ("done", "error", "skipped", "expired", "aborted", "cancelled", "interrupted")
     STATUSES = [(s, s) for s in ("pending", "running", *ENDED)]
+    # A permission prompt (SPEC 13.5) asks about an agent's own tool: never run on a server.
+    TOOL_CONFIRM, PERMISSION_PROMPT = "tool_confirm", "permission_prompt"
+    KINDS = [(TOOL_CONFIRM, TOOL_CONFIRM), (PERMISSION_PROMPT, PERMISSION_PROMPT)]
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=20, choices=KINDS, default=TOOL_CONFIRM)
     confirm_id = models.UUIDField(null=True, blank=True, unique=True)
     session_id = models.CharField(max_length=200, db_index=True)
     tool_name = models.CharField(max_length=700, db_index=True)
@@ -261,6 +265,10 @@ class ToolCall(models.Model):
     @property
     def ended(self) -> bool:
         return self.status in self.ENDED
+
+    @property
+    def is_permission_prompt(self) -> bool:
+        return self.kind == self.PERMISSION_PROMPT
 
     @property
     def duration(self) -> float | None:
@@ -309,7 +317,7 @@ class ToolCall(models.Model):
     def to_pending(self) -> dict:
         return {
             "id": str(self.confirm_id),
-            "kind": "tool_confirm",
+            "kind": self.kind,
             "session_id": self.session_id,
             "tool_name": self.tool_name,
             "tool_args": self.arguments,
@@ -324,6 +332,7 @@ class SessionAllowance(models.Model):
     until the allowance is revoked."""
 
     session_id = models.CharField(max_length=200, db_index=True)
+    token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.CASCADE)
     granted_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -347,3 +356,25 @@ class FileState(models.Model):
     name = models.CharField(max_length=32, unique=True)
     error = models.TextField(blank=True, default="")
     checked_at = models.DateTimeField(default=timezone.now)
+
+
+# --- permission prompts (SPEC 13.5) -------------------------------------------------------------
+
+
+class PermissionGrant(models.Model):
+    """ "Approve and remember" on a permission prompt: later prompts of this exact `tool_name`
+    (the agent's own tool, e.g. `Bash`) by this token are allowed at once, until revoked on the
+    Tokens page. Kept in the console, never in `allow_tool`, which holds MCP names only."""
+
+    token = models.ForeignKey(ApiToken, on_delete=models.CASCADE, related_name="permission_grants")
+    tool_name = models.CharField(max_length=700)
+    granted_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["tool_name"]
+        indexes = [models.Index(fields=["token", "tool_name"])]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} ({self.token_id})"

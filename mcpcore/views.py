@@ -12,10 +12,11 @@ import uuid
 from urllib.parse import quote
 
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db.models import Q
+from django.db.models import Prefetch, Q
 from django.db.models.functions import Substr
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -38,6 +39,7 @@ from .forms import (
 )
 from .models import (
     ApiToken,
+    PermissionGrant,
     Server,
     SessionAllowance,
     Tool,
@@ -615,7 +617,7 @@ def call_detail(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
 
 
 def _token_rows() -> list[ApiToken]:
-    rows = list(ApiToken.objects.all())
+    rows = list(ApiToken.objects.prefetch_related(_active_grants()))
     for row in rows:
         row.used_ago = live.ago(row.last_used_at) or "never"
     return rows
@@ -644,7 +646,7 @@ def token_create(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _tokens_page(request, form, None, status=400)
     row, token = ApiToken.issue(form.cleaned_data["name"].strip(), form.cleaned_data["may_auto"])
-    return _tokens_page(request, TokenForm(), {"row": row, "token": token})
+    return _tokens_page(request, TokenForm(), {"row": row, "token": token, "config": client_config(token)})
 
 
 @login_required
@@ -653,6 +655,49 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     row = get_object_or_404(ApiToken, pk=pk)
     if ApiToken.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
         messages.success(request, f"Revoked token {row.name}.")
+    if request.htmx:
+        return _fragment(request, "mcpcore/token_list.html#token-list", {"tokens": _token_rows()})
+    return redirect("tokens")
+
+
+# --- permission grants and client configuration (SPEC 13.4, 13.5) ------------------------------
+
+MCP_NAME = "agenvoy"  # the name clients give /mcp (Claude Code: tools `mcp__agenvoy__...`)
+PERMISSION_NAME = "agenvoy-permission"  # the name clients give /mcp/_permission
+
+
+def _active_grants() -> Prefetch:
+    """A token's remembered tool names in force, as `token.grants`."""
+    rows = PermissionGrant.objects.filter(revoked_at__isnull=True).order_by("tool_name")
+    return Prefetch("permission_grants", queryset=rows, to_attr="grants")
+
+
+def client_config(token: str) -> dict:
+    """Ready-to-paste configuration of MCP clients for a token (SPEC 13.4): shown once, with
+    the token it was made for."""
+    base = settings.AGENVOY_PUBLIC_URL
+    header = f"Authorization: Bearer {token}"
+    server = {"type": "http", "url": f"{base}/mcp", "headers": {"Authorization": f"Bearer {token}"}}
+    return {
+        "claude_add": f'claude mcp add --transport http {MCP_NAME} {base}/mcp --header "{header}"',
+        "mcp_servers": json.dumps({"mcpServers": {MCP_NAME: server}}, indent=2),
+        "vscode": json.dumps({"servers": {MCP_NAME: server}}, indent=2),
+        "permission_add": (
+            f'claude mcp add --transport http {PERMISSION_NAME} {base}/mcp/_permission --header "{header}"'
+        ),
+        "permission_run": (
+            f'claude -p --permission-prompt-tool mcp__{PERMISSION_NAME}__approval_prompt "..."'
+        ),
+    }
+
+
+@login_required
+@require_POST
+def grant_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    """Forget an "Approve and remember" of a permission prompt: its next prompt waits again."""
+    grant = get_object_or_404(PermissionGrant.objects.select_related("token"), pk=pk)
+    if calls.revoke_permission(grant.pk):
+        messages.success(request, f"{grant.token.name} must ask again for {grant.tool_name}.")
     if request.htmx:
         return _fragment(request, "mcpcore/token_list.html#token-list", {"tokens": _token_rows()})
     return redirect("tokens")
