@@ -27,4 +27,5 @@ urlpatterns = [
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/create/", views.token_create, name="token-create"),
     path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
+    path("rules/", views.rules_page, name="rules"),
 ]
