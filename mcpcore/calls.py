@@ -69,7 +69,7 @@ def rules_in_force() -> rules.RuleSet:
     except OSError:
         key = None
     if key is None or key != _rules["key"]:
-        found, _ = files.current_rules()
+        found, _ = files.current_rules(mirror=True)
         _rules["key"], _rules["set"] = key, rules.RuleSet(found)
     return _rules["set"]
 

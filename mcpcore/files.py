@@ -397,13 +397,18 @@ def mirrored_rules() -> list[rules.Rule]:
     return out
 
 
-def current_rules() -> tuple[list[rules.Rule], str]:
+def current_rules(mirror: bool = False) -> tuple[list[rules.Rule], str]:
     """(the rules in force, the file's problem): the file when it parses, else the last good
-    rules and why the file can't be used."""
+    rules and why the file can't be used. `mirror`: a file that parses is mirrored as the
+    last good rules at once (the gate reads the file on a change, which can be sooner than
+    the watcher's next look)."""
     try:
-        return rules.parse(read_rules_text()), ""
+        found = rules.parse(read_rules_text())
     except (rules.RuleError, ConfigFileError) as exc:
         return mirrored_rules(), str(exc)
+    if mirror:
+        _mirror_rules(found)
+    return found, ""
 
 
 def write_rules(lines: list[str]) -> list[rules.Rule]:
