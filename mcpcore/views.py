@@ -708,10 +708,14 @@ def _definition_changes(tools: list[Tool]) -> dict[str, dict]:
         pin = pins.get(tool.registered_name)
         if pin is None:
             continue
+        parts = [
+            ("Description", side_by_side(pin.description, tool.description)),
+            ("Input schema", side_by_side(_sorted_json(pin.input_schema), _sorted_json(tool.input_schema))),
+        ]
         out[tool.registered_name] = {
             "pinned_at": pin.pinned_at,
-            "description": side_by_side(pin.description, tool.description),
-            "schema": side_by_side(_sorted_json(pin.input_schema), _sorted_json(tool.input_schema)),
+            "parts": [{"title": t, "rows": r} for t, r in parts if any(x["kind"] == "changed" for x in r)],
+            "unchanged": [t for t, r in parts if all(x["kind"] == "same" for x in r)],
         }
     return out
 
