@@ -457,6 +457,11 @@ def sync_pins(entries: list[str], *, prefix: str = "", only: str | None = None, 
     is dropped. Scope: names starting with `prefix`, or the one name `only`."""
     from .models import Tool, ToolPin
 
+    scope = only if only is not None else prefix
+    if scope:  # only the entries that can cover a name in scope: a long allow_tool is cheap
+        entries = [
+            e for e in entries if e.startswith(scope) or (e.endswith("*") and scope.startswith(e[:-1]))
+        ]
     match = allowlist.Matcher(entries)
     tools = Tool.objects.exclude(digest="")
     pins = ToolPin.objects.all()
