@@ -4,6 +4,7 @@ side and the supervisor alike; nothing here imports `mcp`."""
 
 import asyncio
 import datetime
+import functools
 import json
 import logging
 import uuid
@@ -126,13 +127,11 @@ def create(
     if norm == "auto" and token is not None and not token.may_auto:
         raise CallError("this token may not use auto mode", 403)
     session_id = session_id.strip() if isinstance(session_id, str) else uuid.uuid4().hex
-    trusted_changed = []
 
+    @functools.cache
     def changed() -> bool:
-        trusted_changed.append(
-            allowed(tool.registered_name) and files.pin_changed(tool.registered_name, tool.digest)
-        )
-        return trusted_changed[-1]
+        """A trusted tool whose definition no longer matches its pin (SPEC 14.1)."""
+        return allowed(tool.registered_name) and files.pin_changed(tool.registered_name, tool.digest)
 
     decision = gate.decide(
         norm,
@@ -154,7 +153,7 @@ def create(
         created_at=now,
         rule=decision.rule,
         # An ask rule decides before the pin is looked at; the inbox still wants to know.
-        definition_changed=trusted_changed[-1] if trusted_changed else decision.reason == "ask" and changed(),
+        definition_changed=decision.reason == "ask" and changed(),
     )
     if decision.reason == "deny":
         # Denied by a rule: nobody is asked and nothing runs.
