@@ -4,6 +4,7 @@ side and the supervisor alike; nothing here imports `mcp`."""
 
 import asyncio
 import datetime
+import functools
 import json
 import logging
 import uuid
@@ -13,7 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import allowlist, control, db, files, gate
+from . import allowlist, control, db, files, gate, rules
 from .models import AllowEntry, ApiToken, PermissionGrant, Server, SessionAllowance, Tool, ToolCall, Worker
 
 log = logging.getLogger("mcpcore.calls")
@@ -52,6 +53,31 @@ def allowed(tool_name: str) -> bool:
             entries, key = list(AllowEntry.objects.values_list("entry", flat=True)), None
         _matcher["key"], _matcher["match"] = key, allowlist.Matcher(entries)
     return _matcher["match"](tool_name)
+
+
+_rules: dict = {"key": None, "set": None}
+
+
+def rules_in_force() -> rules.RuleSet:
+    """The argument rules (SPEC 14.2), read like `allowed` reads `allow_tool`: kept until the
+    file's stat changes; a file with a bad line gives the last good (mirrored) rules."""
+    path = files.path_of(files.RULES)
+    try:
+        st = path.stat()
+        key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    except FileNotFoundError:
+        key = (str(path), None)
+    except OSError:
+        key = None
+    if key is None or key != _rules["key"]:
+        found, _ = files.current_rules(mirror=True)
+        _rules["key"], _rules["set"] = key, rules.RuleSet(found)
+    return _rules["set"]
+
+
+def rule_for(tool_name: str, arguments: dict) -> tuple[str, str] | None:
+    rule = rules_in_force().check(tool_name, arguments)
+    return (rule.decision, rule.text) if rule is not None else None
 
 
 def session_allowed(session_id: str) -> bool:
@@ -101,7 +127,19 @@ def create(
     if norm == "auto" and token is not None and not token.may_auto:
         raise CallError("this token may not use auto mode", 403)
     session_id = session_id.strip() if isinstance(session_id, str) else uuid.uuid4().hex
-    decision = gate.decide(norm, lambda: allowed(tool.registered_name), lambda: session_allowed(session_id))
+
+    @functools.cache
+    def changed() -> bool:
+        """A trusted tool whose definition no longer matches its pin (SPEC 14.1)."""
+        return allowed(tool.registered_name) and files.pin_changed(tool.registered_name, tool.digest)
+
+    decision = gate.decide(
+        norm,
+        lambda: allowed(tool.registered_name),
+        lambda: session_allowed(session_id),
+        rule=lambda: rule_for(tool.registered_name, arguments),
+        changed=changed,
+    )
     now = timezone.now()
     call = ToolCall(
         session_id=session_id,
@@ -113,8 +151,15 @@ def create(
         token=token,
         requested_by=user or (token.name if token else ""),
         created_at=now,
+        rule=decision.rule,
+        # An ask rule decides before the pin is looked at; the inbox still wants to know.
+        definition_changed=decision.reason == "ask" and changed(),
     )
-    if decision.run:
+    if decision.reason == "deny":
+        # Denied by a rule: nobody is asked and nothing runs.
+        call.status, call.decision, call.decided_at, call.ended_at = "skipped", "rule", now, now
+        call.decided_by, call.result = "rule", gate.denied_text(decision.rule)
+    elif decision.run:
         call.status, call.decision, call.decided_at = "running", decision.reason, now
         worker = local(server.name) if local is not None else None
         if worker:
@@ -216,7 +261,7 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
                 remember_permission(call.token, call.tool_name, who)
         if changed and body.get("remember") and not prompt:
             try:
-                files.add_allow_entry(call.tool_name)
+                files.add_allow_entry(call.tool_name, repin=True)
             except files.ConfigFileError as exc:
                 # The approval stands; only remembering it failed, and the log says why.
                 log.warning("could not remember %s in allow_tool: %s", call.tool_name, exc)

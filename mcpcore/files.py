@@ -1,5 +1,6 @@
-"""`mcp.json` and `allow_tool` in $AGENVOY_HOME: reading, atomic locked writes, and mirroring
-them into the database (SPEC 2). The files are the shared truth with the Agenvoy CLI."""
+"""`mcp.json`, `allow_tool` and `rules` in $AGENVOY_HOME: reading, atomic locked writes, and
+mirroring them into the database (SPEC 2, 14.2), and the pins that follow `allow_tool` (14.1).
+The files are the shared truth with the Agenvoy CLI."""
 
 import fcntl
 import hashlib
@@ -16,12 +17,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import allowlist, names
+from . import allowlist, names, rules
 
 log = logging.getLogger("mcpcore.files")
 
 MCP_JSON = "mcp.json"
 ALLOW_TOOL = "allow_tool"
+RULES = "rules"
 
 
 class ConfigFileError(Exception):
@@ -87,7 +89,7 @@ def sweep_stale_temp_files(older_than: float = 60.0) -> int:
     ones may belong to a write in progress elsewhere, so only old ones go."""
     removed = 0
     cutoff = time.time() - older_than
-    for name in (MCP_JSON, ALLOW_TOOL):
+    for name in (MCP_JSON, ALLOW_TOOL, RULES):
         for tmp in home().glob(f".{name}.*.tmp"):
             with _ignore():
                 if tmp.stat().st_mtime < cutoff:
@@ -207,8 +209,10 @@ def read_allow_tool() -> list[str]:
     return allowlist.parse(text)
 
 
-def replace_allow_prefix(prefix: str, entries: list[str]) -> list[str]:
-    """Replace-by-prefix in `allow_tool` under the lock; returns the prefix's entries now."""
+def replace_allow_prefix(prefix: str, entries: list[str], repin: bool = False) -> list[str]:
+    """Replace-by-prefix in `allow_tool` under the lock; returns the prefix's entries now.
+    `repin` (the trust editor's Save) pins the current definitions of the prefix's trusted
+    tools again; otherwise only tools that became trusted are pinned."""
     path = path_of(ALLOW_TOOL)
     with locked(path):
         before = _stat_of(path)
@@ -222,6 +226,7 @@ def replace_allow_prefix(prefix: str, entries: list[str]) -> list[str]:
         else:
             _mirror_allow(updated)
         _mirrored[str(path)] = _stat_of(path)
+        sync_pins(updated, prefix=prefix, repin=repin)
     return now
 
 
@@ -247,8 +252,9 @@ def current_allow() -> list[str]:
         return list(AllowEntry.objects.values_list("entry", flat=True))
 
 
-def add_allow_entry(entry: str) -> None:
-    """Add one exact entry (approve and remember), leaving every other line alone."""
+def add_allow_entry(entry: str, repin: bool = False) -> None:
+    """Add one exact entry (approve and remember), leaving every other line alone; `repin`
+    pins that tool's current definition again."""
     if allowlist.entry_problem(entry):
         raise ConfigFileError(f"{allowlist.entry_problem(entry)}: {entry!r}")
     path = path_of(ALLOW_TOOL)
@@ -259,6 +265,7 @@ def add_allow_entry(entry: str) -> None:
             current = [*current, entry]
         _mirror_allow(current)
         _mirrored[str(path)] = _stat_of(path)
+        sync_pins(current, only=entry, repin=repin)
 
 
 # --- mirroring into the database ----------------------------------------------------------
@@ -312,6 +319,7 @@ def sync_allow() -> bool:
         return False
     _mirror_allow(entries)
     _mirrored[str(path)] = before
+    sync_pins(entries)  # trust written by anyone else pins what it trusts, too
     _record(ALLOW_TOOL, "")
     return True
 
@@ -360,6 +368,153 @@ def sync_servers() -> set[str] | None:
         log.warning("%s", w)
     _record(MCP_JSON, "; ".join(warnings))
     return changed
+
+
+# --- rules (SPEC 14.2) -----------------------------------------------------------------------
+
+
+def read_rules_text() -> str:
+    try:
+        return path_of(RULES).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigFileError(f"rules can't be read: {exc}") from None
+
+
+def mirrored_rules() -> list[rules.Rule]:
+    """The last good rules, as mirrored."""
+    from .models import RuleLine
+
+    out = []
+    for line, text in RuleLine.objects.values_list("line", "text"):
+        try:
+            rule = rules.parse_line(text, line)
+        except rules.RuleError:  # written by an older parser; leave it out
+            continue
+        if rule is not None:
+            out.append(rule)
+    return out
+
+
+def current_rules(mirror: bool = False) -> tuple[list[rules.Rule], str]:
+    """(the rules in force, the file's problem): the file when it parses, else the last good
+    rules and why the file can't be used. `mirror`: a file that parses is mirrored as the
+    last good rules at once (the gate reads the file on a change, which can be sooner than
+    the watcher's next look)."""
+    try:
+        found = rules.parse(read_rules_text())
+    except (rules.RuleError, ConfigFileError) as exc:
+        return mirrored_rules(), str(exc)
+    if mirror:
+        _mirror_rules(found)
+    return found, ""
+
+
+def write_rules(lines: list[str]) -> list[rules.Rule]:
+    """Replace the `rules` file with these lines (locked, atomic). A bad line raises
+    RuleError before anything is written."""
+    text = rules.render(lines)
+    parsed = rules.parse(text)
+    path = path_of(RULES)
+    with locked(path):
+        atomic_write(path, text)
+        _mirror_rules(parsed)
+        _record(RULES, "")
+    return parsed
+
+
+def _mirror_rules(parsed: list[rules.Rule]) -> None:
+    from .models import RuleLine
+
+    wanted = [(r.line, r.text) for r in parsed]
+    with transaction.atomic():
+        if list(RuleLine.objects.values_list("line", "text")) != wanted:
+            RuleLine.objects.all().delete()
+            RuleLine.objects.bulk_create([RuleLine(line=n, text=t) for n, t in wanted])
+
+
+def sync_rules() -> bool:
+    """Mirror `rules` into the database; a file with a bad line is reported and the last good
+    rules stay mirrored (and in force)."""
+    try:
+        parsed = rules.parse(read_rules_text())
+    except (rules.RuleError, ConfigFileError) as exc:
+        log.warning("%s", exc)
+        _record(RULES, str(exc))
+        return False
+    _mirror_rules(parsed)
+    _record(RULES, "")
+    return True
+
+
+# --- pins (SPEC 14.1) ------------------------------------------------------------------------
+
+
+def sync_pins(entries: list[str], *, prefix: str = "", only: str | None = None, repin: bool = False) -> None:
+    """Make the pins follow trust: a trusted tool without a pin is pinned at its current
+    definition (`repin`: every trusted tool in scope is); a pin of a tool no longer trusted
+    is dropped. Scope: names starting with `prefix`, or the one name `only`."""
+    from .models import Tool, ToolPin
+
+    scope = only if only is not None else prefix
+    if scope:  # only the entries that can cover a name in scope: a long allow_tool is cheap
+        entries = [
+            e for e in entries if e.startswith(scope) or (e.endswith("*") and scope.startswith(e[:-1]))
+        ]
+    match = allowlist.Matcher(entries)
+    tools = Tool.objects.exclude(digest="")
+    pins = ToolPin.objects.all()
+    if only is not None:
+        tools, pins = tools.filter(registered_name=only), pins.filter(registered_name=only)
+    elif prefix:
+        tools = tools.filter(registered_name__startswith=prefix)
+        pins = pins.filter(registered_name__startswith=prefix)
+    with transaction.atomic():
+        have = dict(pins.values_list("registered_name", "digest"))
+        gone = [n for n in have if not match(n)]
+        if gone:
+            ToolPin.objects.filter(registered_name__in=gone).delete()
+        fresh = []
+        for name, digest, description, schema in tools.values_list(
+            "registered_name", "digest", "description", "input_schema"
+        ):
+            if not match(name) or (name in have and (not repin or have[name] == digest)):
+                continue
+            fields = {"digest": digest, "description": description, "input_schema": schema}
+            if name in have:
+                ToolPin.objects.filter(registered_name=name).update(pinned_at=timezone.now(), **fields)
+            else:
+                fresh.append(ToolPin(registered_name=name, **fields))
+        ToolPin.objects.bulk_create(fresh, ignore_conflicts=True)
+
+
+def pin_changed(name: str, digest: str) -> bool:
+    """Whether the tool is pinned at another definition than `digest` (its current one)."""
+    from .models import ToolPin
+
+    if not digest:
+        return False
+    pinned = ToolPin.objects.filter(registered_name=name).values_list("digest", flat=True).first()
+    return pinned is not None and pinned != digest
+
+
+def trust_states(tools: list) -> dict[str, str]:
+    """`trusted`, `changed` or `untrusted` per registered name (SPEC 14.1)."""
+    from .models import ToolPin
+
+    match = allowlist.Matcher(current_allow())
+    pins = dict(ToolPin.objects.values_list("registered_name", "digest"))
+    out = {}
+    for tool in tools:
+        name = tool.registered_name
+        if not match(name):
+            out[name] = "untrusted"
+        elif tool.digest and pins.get(name, tool.digest) != tool.digest:
+            out[name] = "changed"
+        else:
+            out[name] = "trusted"
+    return out
 
 
 class FileWatcher:
@@ -412,4 +567,6 @@ class FileWatcher:
             sync_allow()
         if self.changed(MCP_JSON):
             changed_servers = sync_servers()
+        if self.changed(RULES):
+            sync_rules()
         return changed_servers

@@ -21,14 +21,34 @@ def normalize_mode(mode: object) -> str | None:
 @dataclass(frozen=True)
 class Decision:
     run: bool
-    reason: str  # auto, allowlist, session, or ask
+    reason: str  # auto, allowlist, session, rule (run); ask, deny (a rule's deny: never run)
+    rule: str = ""  # the line of the rule that decided, if one did
 
 
-def decide(mode: str, allowed: Callable[[], bool], session_allowed: Callable[[], bool]) -> Decision:
-    """First match wins: auto mode, the allow-list, the session's allowance, else ask.
+def decide(
+    mode: str,
+    allowed: Callable[[], bool],
+    session_allowed: Callable[[], bool],
+    rule: Callable[[], tuple[str, str] | None] = lambda: None,
+    changed: Callable[[], bool] = lambda: False,
+) -> Decision:
+    """Argument rules first (SPEC 14.2: deny, then ask), then a trusted tool whose definition
+    changed since it was pinned (14.1: it waits for a person whatever else would let it run),
+    then an allow rule, then SPEC 5 (first match wins: auto mode, the allow-list, the session's
+    allowance, else ask).
 
-    The checks are callables, asked only when reached: each may cost a lookup.
+    The checks are callables, asked only when reached: each may cost a lookup. `rule` gives
+    (decision, line) of the deciding rule or None.
     """
+    found = rule()
+    if found is not None and found[0] == "deny":
+        return Decision(False, "deny", found[1])
+    if found is not None and found[0] == "ask":
+        return Decision(False, "ask", found[1])
+    if changed():
+        return Decision(False, "ask")
+    if found is not None and found[0] == "allow":
+        return Decision(True, "rule", found[1])
     if mode == "auto":
         return Decision(True, "auto")
     if allowed():
@@ -36,6 +56,10 @@ def decide(mode: str, allowed: Callable[[], bool], session_allowed: Callable[[],
     if session_allowed():
         return Decision(True, "session")
     return Decision(False, "ask")
+
+
+def denied_text(rule_line: str) -> str:
+    return f"Denied by rule: {rule_line}"
 
 
 SKIPPED = "Skipped by user"

@@ -148,6 +148,7 @@ class Tool(models.Model):
     input_schema = models.JSONField(default=dict)
     annotations = models.JSONField(default=dict, blank=True)
     signature = models.CharField(max_length=64, blank=True, default="")
+    digest = models.CharField(max_length=64, blank=True, default="")  # definition digest (14.1)
     llm_safe = models.BooleanField(default=True)
     position = models.PositiveIntegerField(default=0)
 
@@ -254,6 +255,8 @@ class ToolCall(models.Model):
     result_bytes = models.PositiveBigIntegerField(default=0)
     raw_result = models.TextField(blank=True, default="")
     raw_truncated = models.BooleanField(default=False)
+    rule = models.TextField(blank=True, default="")  # the argument rule that decided (14.2)
+    definition_changed = models.BooleanField(default=False)  # pinned tool changed (14.1)
 
     class Meta:
         ordering = ["-created_at"]
@@ -310,6 +313,7 @@ class ToolCall(models.Model):
                 "expires_at": iso(self.expires_at),
                 "duration": self.duration,
                 "truncated": self.truncated,
+                "rule": self.rule,
             }
         )
         return body
@@ -324,6 +328,7 @@ class ToolCall(models.Model):
             "created_at": iso(self.created_at),
             "expires_at": iso(self.expires_at),
             "call_id": str(self.id),
+            "changed": self.definition_changed,
         }
 
 
@@ -378,3 +383,34 @@ class PermissionGrant(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} ({self.token_id})"
+
+
+# --- trust that follows the tool (SPEC 14) ----------------------------------------------------
+
+
+class ToolPin(models.Model):
+    """The definition of a tool when it became trusted. A trusted tool whose digest no longer
+    matches its pin waits for a person in every mode until it is trusted again."""
+
+    registered_name = models.CharField(max_length=700, unique=True)
+    digest = models.CharField(max_length=64)
+    description = models.TextField(blank=True, default="")
+    input_schema = models.JSONField(default=dict)
+    pinned_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["registered_name"]
+
+    def __str__(self) -> str:
+        return self.registered_name
+
+
+class RuleLine(models.Model):
+    """One rule of the last good `rules` file: what stays in force while the file has a bad
+    line (the file, when it parses, is the truth)."""
+
+    line = models.PositiveIntegerField()
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["line"]

@@ -28,4 +28,5 @@ urlpatterns = [
     path("tokens/create/", views.token_create, name="token-create"),
     path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
     path("tokens/grants/<int:pk>/revoke/", views.grant_revoke, name="grant-revoke"),
+    path("rules/", views.rules_page, name="rules"),
 ]

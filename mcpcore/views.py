@@ -7,6 +7,7 @@ without JavaScript the same URLs answer with whole pages and redirects.
 """
 
 import datetime
+import difflib
 import json
 import uuid
 from urllib.parse import quote
@@ -26,7 +27,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from . import allowlist, calls, control, files, live, serverconfig
+from . import allowlist, calls, control, files, live, rules, serverconfig
 from .forms import (
     HistoryFilter,
     ImportForm,
@@ -92,7 +93,7 @@ def _back(request: HttpRequest, default: str, *args) -> HttpResponse:
 
 
 def _file_problems() -> list[tuple[str, str]]:
-    found = [(n, files.file_problem(n)) for n in (files.MCP_JSON, files.ALLOW_TOOL)]
+    found = [(n, files.file_problem(n)) for n in (files.MCP_JSON, files.ALLOW_TOOL, files.RULES)]
     return [(n, p) for n, p in found if p]
 
 
@@ -152,9 +153,13 @@ def _trust_context(server: Server) -> dict:
     own = allowlist.entries_for(entries, server.prefix)
     tools = list(server.tools.order_by("position", "tool_name"))
     names = {t.registered_name for t in tools}
+    trust = files.trust_states(tools)
     return {
         "server": server,
-        "trust_tools": [{"tool": t, "allowed": match(t.registered_name)} for t in tools],
+        "trust_tools": [
+            {"tool": t, "allowed": match(t.registered_name), "changed": trust[t.registered_name] == "changed"}
+            for t in tools
+        ],
         "all_allowed": f"{server.prefix}*" in own,
         "own_entries": own,
         "stale_entries": [e for e in own if e not in names and not e.endswith("*")],
@@ -175,6 +180,7 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
     # A try-it form is built when opened (htmx), or for the one tool asked for without JS:
     # a thousand forms made the page slow to render.
     try_tool = request.GET.get("try")
+    changes = _definition_changes([row["tool"] for row in context["trust_tools"] if row["changed"]])
     context.update(
         tools=[
             {
@@ -182,9 +188,11 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
                 "schema": pretty(t.input_schema),
                 "fields": schema_fields(t.input_schema) if t.tool_name == try_tool else None,
                 "annotations": pretty(t.annotations) if t.annotations else "",
+                "change": changes.get(t.registered_name),
             }
             for t in (row["tool"] for row in context["trust_tools"])
         ],
+        server_rules=rules.RuleSet(files.current_rules()[0]).for_prefix(server.prefix),
         try_url=reverse("tool-try", args=[server.name]),
         try_form_url=reverse("tool-try-form", args=[server.name]),
         config=mask_config(server.config),
@@ -207,7 +215,8 @@ def server_trust(request: HttpRequest, name: str) -> HttpResponse:
         known = set(server.tools.values_list("registered_name", flat=True))
         entries = sorted({n for n in request.POST.getlist("tools") if n in known})
     try:
-        now = files.replace_allow_prefix(server.prefix, entries)
+        # Save is a person trusting what the page shows: changed definitions are pinned again.
+        now = files.replace_allow_prefix(server.prefix, entries, repin=True)
     except files.ConfigFileError as exc:
         note, ok = f"{exc} (fix the file first; it was not changed)", False
     else:
@@ -701,3 +710,86 @@ def grant_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     if request.htmx:
         return _fragment(request, "mcpcore/token_list.html#token-list", {"tokens": _token_rows()})
     return redirect("tokens")
+
+
+# --- trust that follows the tool (SPEC 14) ----------------------------------------------------
+
+
+def side_by_side(old: str, new: str) -> list[dict]:
+    """Rows of a two-column line diff: `same` rows, and `changed` rows whose missing side is
+    None (lines only in the trusted or only in the current text)."""
+    a, b = old.splitlines(), new.splitlines()
+    rows: list[dict] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            rows += [{"kind": "same", "old": x, "new": y} for x, y in zip(a[i1:i2], b[j1:j2], strict=True)]
+            continue
+        left, right = a[i1:i2], b[j1:j2]
+        for k in range(max(len(left), len(right))):
+            rows.append(
+                {
+                    "kind": "changed",
+                    "old": left[k] if k < len(left) else None,
+                    "new": right[k] if k < len(right) else None,
+                }
+            )
+    return rows
+
+
+def _sorted_json(value) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def _definition_changes(tools: list[Tool]) -> dict[str, dict]:
+    """For each changed tool: its pin's time and the description and schema diffs."""
+    from .models import ToolPin
+
+    pins = {
+        p.registered_name: p
+        for p in ToolPin.objects.filter(registered_name__in=[t.registered_name for t in tools])
+    }
+    out = {}
+    for tool in tools:
+        pin = pins.get(tool.registered_name)
+        if pin is None:
+            continue
+        parts = [
+            ("Description", side_by_side(pin.description, tool.description)),
+            ("Input schema", side_by_side(_sorted_json(pin.input_schema), _sorted_json(tool.input_schema))),
+        ]
+        out[tool.registered_name] = {
+            "pinned_at": pin.pinned_at,
+            "parts": [{"title": t, "rows": r} for t, r in parts if any(x["kind"] == "changed" for x in r)],
+            "unchanged": [t for t, r in parts if all(x["kind"] == "same" for x in r)],
+        }
+    return out
+
+
+def _rules_lines(text: str) -> list[str]:
+    text = text.replace("\r\n", "\n").rstrip("\n")
+    return text.split("\n") if text.strip() else []
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def rules_page(request: HttpRequest) -> HttpResponse:
+    """The argument rules (SPEC 14.2): those in force, the file's problem, and an editor that
+    replaces the file (a bad line is refused, nothing written)."""
+    save_error, status = "", 200
+    if request.method == "POST":
+        text = request.POST.get("rules", "")
+        try:
+            saved = files.write_rules(_rules_lines(text))
+        except (rules.RuleError, files.ConfigFileError) as exc:
+            save_error, status = str(exc), 400
+        else:
+            messages.success(request, f"Saved {len(saved)} rule{'s' if len(saved) != 1 else ''}.")
+            return redirect("rules")
+    else:
+        try:
+            text = files.read_rules_text()
+        except files.ConfigFileError:
+            text = ""
+    in_force, problem = files.current_rules()
+    context = {"rules": in_force, "problem": problem, "text": text, "save_error": save_error}
+    return render(request, "mcpcore/rules.html", context, status=status)

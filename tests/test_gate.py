@@ -52,3 +52,36 @@ def test_it_words_skips_and_timeouts_exactly():
     assert gate.timeout_text("mcp__a__b", 60.0) == 'tool "mcp__a__b" timed out after 60s'
     assert gate.timeout_text("mcp__a__b", 2.5) == 'tool "mcp__a__b" timed out after 2.5s'
     assert gate.ABORTED == "user stopped"
+
+
+# --- argument rules and pins (SPEC 14) -------------------------------------------------------
+
+
+def yes():
+    return True
+
+
+def test_it_denies_by_rule_before_anything_else():
+    d = gate.decide("auto", never, never, rule=lambda: ("deny", "deny mcp__a__b"), changed=never)
+    assert d == gate.Decision(False, "deny", "deny mcp__a__b")
+    assert gate.denied_text(d.rule) == "Denied by rule: deny mcp__a__b"
+
+
+def test_it_asks_by_rule_whatever_the_mode_allow_list_or_session():
+    d = gate.decide("auto", yes, yes, rule=lambda: ("ask", "ask mcp__a__*"), changed=never)
+    assert d == gate.Decision(False, "ask", "ask mcp__a__*")
+
+
+def test_it_asks_for_a_changed_trusted_tool_in_auto_mode():
+    assert gate.decide("auto", yes, yes, changed=yes) == gate.Decision(False, "ask")
+    d = gate.decide("auto", yes, yes, rule=lambda: ("allow", "allow mcp__a__b"), changed=yes)
+    assert d == gate.Decision(False, "ask")
+
+
+def test_it_runs_an_allow_rule_as_decision_rule():
+    d = gate.decide("confirm", never, never, rule=lambda: ("allow", "allow mcp__a__b"))
+    assert d == gate.Decision(True, "rule", "allow mcp__a__b")
+
+
+def test_it_falls_back_to_section_5_without_a_rule():
+    assert gate.decide("confirm", yes, never, rule=lambda: None, changed=lambda: False).reason == "allowlist"

@@ -212,6 +212,7 @@ def test_it_lists_prompts_in_v1_pending_with_their_kind(api, api_token, every_to
         "created_at": rows[str(call.confirm_id)]["created_at"],
         "expires_at": rows[str(call.confirm_id)]["expires_at"],
         "call_id": str(call.id),
+        "changed": False,
     }
     assert rows[str(every_tool_call.confirm_id)]["kind"] == "tool_confirm"
 

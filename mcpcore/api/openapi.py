@@ -63,6 +63,23 @@ _CALL_ANSWER = _obj(
     },
     ("call_id", "session_id", "status"),
 )
+_RULES = _obj(
+    {
+        "rules": {
+            "type": "array",
+            "items": _obj(
+                {
+                    "line": {"type": "integer"},
+                    "decision": {"type": "string", "enum": ["allow", "ask", "deny"]},
+                    "pattern": _STR,
+                },
+                ("line", "decision", "pattern"),
+            ),
+        },
+        "error": _STR,
+    },
+    ("rules", "error"),
+)
 _PATH = lambda name: {"name": name, "in": "path", "required": True, "schema": _STR}  # noqa: E731
 _WAIT = {
     "name": "wait",
@@ -96,6 +113,15 @@ PATHS = {
                     "tool": _obj({"prefix": _STR, "entries": {"type": "array", "items": _STR}}, ("prefix",)),
                 }
             ),
+        ),
+    },
+    "/v1/rules": {
+        "get": _op("Argument rules in force, and the rules file's problem", answer=_RULES, errors=()),
+        "post": _op(
+            "Replace the rules file (one rule a line)",
+            _obj({"rules": {"type": "array", "items": _STR}}, ("rules",)),
+            _RULES,
+            errors=(400, 403, 409),
         ),
     },
     "/v1/mcp/call": {

@@ -18,6 +18,7 @@ urlpatterns = [
     path("pending", views.pending, name="api-pending"),
     path("session/<str:session_id>/confirm/<str:confirm_id>", views.confirm, name="api-confirm"),
     path("allowlist", views.allowlist_view, name="api-allowlist"),
+    path("rules", views.rules_view, name="api-rules"),
     path("<path:rest>", views.not_found, name="api-not-found"),
     # What <path:> can't match ("" and paths with newlines) also answers JSON, after auth.
     re_path(r"^[\s\S]*\Z", views.not_found),

@@ -80,8 +80,9 @@ def allowlist_view(request: HttpRequest) -> JsonResponse:
 
 @api_view(("GET",))
 def mcp_tools(request: HttpRequest) -> JsonResponse:
-    tools = Tool.objects.select_related("server").order_by("registered_name")
-    return JsonResponse({"tools": [t.to_dict() for t in tools]})
+    tools = list(Tool.objects.select_related("server").order_by("registered_name"))
+    trust = files.trust_states(tools)
+    return JsonResponse({"tools": [{**t.to_dict(), "trust": trust[t.registered_name]} for t in tools]})
 
 
 @api_view(("GET", "POST", "PUT", "PATCH", "DELETE"))
@@ -175,7 +176,7 @@ async def mcp_call(request: HttpRequest) -> JsonResponse:
             return JsonResponse(call.to_answer())
         if not task.done():
             return JsonResponse(call.to_answer(), status=202)
-    else:
+    elif not call.ended:  # a rule's deny has ended it already
         await calls.dispatch(call)
     return await _call_answer(call.id, wait)
 
@@ -243,3 +244,32 @@ async def confirm(request: HttpRequest, session_id: str, confirm_id: str) -> Jso
         await calls.dispatch(call)
     await calls.announce(str(call.id))
     return JsonResponse({"ok": True})
+
+
+# --- argument rules (SPEC 14.2) ---------------------------------------------------------------
+
+
+def _rules_body() -> dict:
+    found, problem = files.current_rules()
+    return {"rules": [r.to_dict() for r in found], "error": problem}
+
+
+@api_view(("GET", "POST"))
+def rules_view(request: HttpRequest) -> JsonResponse:
+    from .. import rules
+
+    if request.method == "GET":
+        return JsonResponse(_rules_body())
+    lines = json_body(request).get("rules")
+    if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+        raise ApiError("rules must be a list of strings, one rule each")
+    for number, line in enumerate(lines, start=1):
+        if "\n" in line or "\r" in line:
+            raise ApiError(f"invalid rule on line {number}: one rule a line (no line breaks in an item)")
+    try:
+        files.write_rules(lines)
+    except rules.RuleError as exc:
+        raise ApiError(str(exc)) from None
+    except files.ConfigFileError as exc:
+        raise _file_error(exc) from None
+    return JsonResponse({"ok": True, **_rules_body()})

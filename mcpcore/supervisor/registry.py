@@ -8,7 +8,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from .. import allowlist, names
+from .. import allowlist, files, names
 from ..models import Server, Tool
 
 log = logging.getLogger("mcpcore.supervisor")
@@ -48,6 +48,7 @@ def tool_dicts(server: str, tools: list) -> tuple[list[dict], list[str]]:
                 "raw_schema": tool.input_schema,
                 "annotations": annotations,
                 "llm_safe": names.is_llm_safe(reg),
+                "digest": definition_digest(tool_name, tool.description or "", tool.input_schema),
             }
         )
     for w in warnings:
@@ -68,8 +69,21 @@ def signature(rows: list[dict]) -> str:
     return h.hexdigest()
 
 
+def definition_digest(name: str, description: str, schema: object) -> str:
+    """SPEC 14.1: SHA-256 over name NUL description NUL input schema (compact JSON, sorted
+    keys), from what the server gave."""
+    h = hashlib.sha256()
+    h.update(name.encode())
+    h.update(b"\0")
+    h.update(description.encode())
+    h.update(b"\0")
+    h.update(json.dumps(schema, sort_keys=True, separators=(",", ":")).encode())
+    return h.hexdigest()
+
+
 def replace_tools(server_name: str, rows: list[dict], sig: str, warnings: list[str]) -> bool:
-    """Replace all of a server's tools in one transaction; False when the server is gone."""
+    """Replace all of a server's tools in one transaction; False when the server is gone.
+    Trusted tools seen for the first time (under a whole-server grant) are pinned here."""
     with transaction.atomic():
         server = Server.objects.select_for_update().filter(name=server_name).first()
         if server is None:
@@ -87,6 +101,7 @@ def replace_tools(server_name: str, rows: list[dict], sig: str, warnings: list[s
                     annotations=r["annotations"],
                     signature=sig,
                     llm_safe=r["llm_safe"],
+                    digest=r.get("digest", ""),
                     position=i,
                 )
                 for i, r in enumerate(rows)
@@ -95,6 +110,7 @@ def replace_tools(server_name: str, rows: list[dict], sig: str, warnings: list[s
         Server.objects.filter(pk=server.pk).update(
             signature=sig, last_refresh=timezone.now(), warnings=warnings
         )
+        files.sync_pins(files.current_allow(), prefix=server.prefix)
     return True
 
 
