@@ -309,3 +309,20 @@ def test_it_shows_the_whole_page_when_going_back_after_an_htmx_swap(page, consol
     expect(page.get_by_label("Status")).to_be_visible()
     assert page.locator("header.topbar").count() == 1 and page.locator("main").count() == 1
     assert restores, "going back did not ask the server for the page"
+
+
+def test_it_shows_the_empty_servers_page_on_a_phone_with_its_links_in_reach(page, console):
+    # Last: the server goes. The first sighting was this page cut off at 390 px.
+    page.set_viewport_size(DESKTOP)
+    page.goto("/servers/echo/")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Remove server").click()
+    expect(page.get_by_text("Removed echo.")).to_be_visible()
+    page.set_viewport_size(PHONE)
+    page.goto("/")
+    expect(page.get_by_text("No servers yet.")).to_be_visible()
+    assert scroll_width(page) <= 390
+    for name in ("Add one", "import an mcpServers file"):
+        link = page.get_by_role("link", name=name)
+        expect(link).to_be_in_viewport(ratio=1)
+    shoot(page, "servers-empty")
