@@ -39,6 +39,8 @@ ATTEMPT_TIMEOUT = 10.0  # seconds a target has to answer
 CLAIM_SECONDS = 30  # an attempt not recorded by then (its process died) is made again
 TICK = 1.0
 IN_FLIGHT = 32  # deliveries one process sends at once
+KEEP_DAYS = 30  # sent and failed deliveries are kept this long
+PRUNE_EVERY = 3600.0  # seconds
 
 PENDING, RESOLVED, TEST = "confirmation.pending", "confirmation.resolved", "test"
 # ToolCall.notified
@@ -207,6 +209,13 @@ def enqueue(limit: int = 200) -> int:
     return claimed
 
 
+def prune(days: int = KEEP_DAYS) -> int:
+    """Forget sent and failed deliveries older than `days` (pending ones are still owed)."""
+    cutoff = timezone.now() - datetime.timedelta(days=days)
+    deleted, _ = Delivery.objects.filter(status__in=("sent", "failed"), created_at__lt=cutoff).delete()
+    return deleted
+
+
 # --- sending ----------------------------------------------------------------------------------
 
 
@@ -284,9 +293,14 @@ async def run() -> None:
     client = httpx2.AsyncClient(
         timeout=ATTEMPT_TIMEOUT, follow_redirects=False, headers={"user-agent": "agenvoy-console"}
     )
+    loop = asyncio.get_running_loop()
+    prune_at = loop.time() + 60
     try:
         while True:
             try:
+                if loop.time() >= prune_at:
+                    prune_at = loop.time() + PRUNE_EVERY
+                    await db.run(prune)
                 await db.run(enqueue)
                 room = IN_FLIGHT - sum(sending.values())
                 batch = await db.run(claim_due, room) if room > 0 else []

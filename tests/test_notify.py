@@ -368,3 +368,16 @@ def test_it_does_not_notify_about_calls_that_ran_at_once_or_with_no_target():
     assert Delivery.objects.count() == 0
     assert ToolCall.objects.get(id=call.id).notified == 1
     assert NotificationTarget.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_it_forgets_old_sent_and_failed_deliveries_but_not_owed_ones():
+    target, _ = notify.add_target("webhook", "http://127.0.0.1:9/a")
+    old = timezone.now() - datetime.timedelta(days=31)
+    rows = {status: notify.queue_test(target) for status in ("sent", "failed", "pending")}
+    for status, row in rows.items():
+        Delivery.objects.filter(id=row.id).update(status=status, created_at=old)
+    recent = notify.queue_test(target)
+    Delivery.objects.filter(id=recent.id).update(status="sent")
+    assert notify.prune() == 2
+    assert set(Delivery.objects.values_list("id", flat=True)) == {rows["pending"].id, recent.id}
