@@ -123,10 +123,15 @@
       : "Show a system notification for each new confirmation while the console is in the background";
   }
   function notifyNew(item) {
-    var note = new Notification("Approval needed: " + item.tool, {
-      body: item.tool + " on " + item.server + " is waiting for approval",
-      tag: "agv-" + item.id, // one notification per confirmation, however many tabs are open
-    });
+    var note;
+    try {
+      note = new Notification("Approval needed: " + item.tool, {
+        body: item.tool + " on " + item.server + " is waiting for approval",
+        tag: "agv-" + item.id, // one notification per confirmation, however many tabs are open
+      });
+    } catch (err) {
+      return; // Android's Chrome allows notifications from service workers only: use ntfy there
+    }
     note.onclick = function () {
       window.focus();
       window.location.href = item.url;
@@ -168,7 +173,7 @@
       return;
     }
     Promise.resolve(Notification.requestPermission()).then(function (permission) {
-      if (permission === "granted") localStorage.setItem(NOTIFY_KEY, "on");
+      if ((permission || Notification.permission) === "granted") localStorage.setItem(NOTIFY_KEY, "on");
       showNotifyButton();
       look();
     });
