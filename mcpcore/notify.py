@@ -203,8 +203,9 @@ def enqueue(limit: int = 200) -> int:
                 )
                 for kind, body in _events_for(call, base, now)
                 for t in targets
-                # ntfy is for people: it hears of confirmations that wait, not of their end.
-                if t.kind == "webhook" or kind == PENDING
+                # ntfy is for people: it hears of confirmations that wait, not of their end
+                # (nor of one that already ended).
+                if t.kind == "webhook" or (kind == PENDING and call.status == "pending")
             )
     return claimed
 
