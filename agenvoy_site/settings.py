@@ -7,6 +7,7 @@ ImproperlyConfigured naming the variable.
 import os
 import secrets
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -86,6 +87,24 @@ AGENVOY_PING_SECONDS = _seconds("AGENVOY_PING_SECONDS", 10)
 AGENVOY_PUBLIC_URL = os.environ.get("AGENVOY_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 if AGENVOY_CALL_MAX_SECONDS < AGENVOY_CALL_TIMEOUT:
     raise ImproperlyConfigured("AGENVOY_CALL_MAX_SECONDS must not be below AGENVOY_CALL_TIMEOUT")
+AGENVOY_PUBLIC_URL = os.environ.get("AGENVOY_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+if urlsplit(AGENVOY_PUBLIC_URL).scheme not in ("http", "https") or not urlsplit(AGENVOY_PUBLIC_URL).netloc:
+    raise ImproperlyConfigured(f"AGENVOY_PUBLIC_URL must be an http(s) URL, got {AGENVOY_PUBLIC_URL!r}")
+
+
+def _scale(name: str) -> float:
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = float(raw) if raw else 1.0
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    if not 0 < value <= 1:
+        raise ImproperlyConfigured(f"{name} must be above 0 and at most 1, got {raw!r}")
+    return value
+
+
+# Test-only: shrinks the webhook retry schedule (5 s, 30 s, 2 min, 10 min, 1 h) by this factor.
+AGENVOY_WEBHOOK_RETRY_SCALE = _scale("AGENVOY_WEBHOOK_RETRY_SCALE")
 
 INSTALLED_APPS = [
     # First, so its `runserver` (Daphne plus the supervisor) wins over daphne's.

@@ -258,9 +258,21 @@ class ToolCall(models.Model):
     rule = models.TextField(blank=True, default="")  # the argument rule that decided (14.2)
     definition_changed = models.BooleanField(default=False)  # pinned tool changed (14.1)
 
+    # How far the notifier (notify.py) has told notification targets about this confirmation:
+    # 0 nothing yet, 1 that it is pending, 2 that it ended too (or nothing to tell).
+    notified = models.PositiveSmallIntegerField(default=0)
+
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "expires_at"])]
+        indexes = [
+            models.Index(fields=["status", "expires_at"]),
+            # The notifier's question every second: confirmations not yet told about in full.
+            models.Index(
+                fields=["created_at"],
+                name="mcpcore_call_to_notify",
+                condition=models.Q(confirm_id__isnull=False, notified__lt=2),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.tool_name} ({self.status})"
@@ -414,3 +426,52 @@ class RuleLine(models.Model):
 
     class Meta:
         ordering = ["line"]
+
+
+# --- notifications (SPEC 15) ------------------------------------------------------------------
+
+
+class NotificationTarget(models.Model):
+    """Where the console tells people about confirmations: a Standard Webhooks endpoint, signed
+    with `secret` (`whsec_<base64>`, shown once when made), or an ntfy topic URL."""
+
+    KINDS = [("webhook", "webhook"), ("ntfy", "ntfy")]
+
+    kind = models.CharField(max_length=10, choices=KINDS)
+    url = models.URLField(max_length=2000)
+    # Kept in clear: signing needs it. Never shown again after the page that made it.
+    secret = models.CharField(max_length=200, blank=True, default="")
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.url}"
+
+
+class Delivery(models.Model):
+    """One message to one target, sent (and retried) by the notifier in the background. The
+    body is stored as sent, so every retry carries the same bytes and the same `message_id`."""
+
+    STATUSES = [("pending", "pending"), ("sent", "sent"), ("failed", "failed")]
+
+    target = models.ForeignKey(NotificationTarget, on_delete=models.CASCADE, related_name="deliveries")
+    event_type = models.CharField(max_length=40)
+    message_id = models.CharField(max_length=64, unique=True)
+    body = models.TextField()
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    status = models.CharField(max_length=10, choices=STATUSES, default="pending")
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="mcpcore_delivery_due")]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} to {self.target_id} ({self.status})"

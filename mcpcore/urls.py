@@ -21,6 +21,8 @@ urlpatterns = [
     path("servers/<str:name>/try-form/", views.tool_try_form, name="tool-try-form"),
     path("pending/", views.pending, name="pending"),
     path("pending/<str:confirm_id>/reply/", views.pending_reply, name="pending-reply"),
+    path("pending/feed/", views.pending_feed, name="pending-feed"),
+    path("pending/<uuid:confirm_id>/", views.pending_detail, name="pending-detail"),
     path("pending/allowances/<int:pk>/revoke/", views.allowance_revoke, name="allowance-revoke"),
     path("history/", views.history, name="history"),
     path("history/<uuid:call_id>/", views.call_detail, name="call-detail"),
@@ -29,4 +31,7 @@ urlpatterns = [
     path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
     path("tokens/grants/<int:pk>/revoke/", views.grant_revoke, name="grant-revoke"),
     path("rules/", views.rules_page, name="rules"),
+    path("notifications/", views.notifications, name="notifications"),
+    path("notifications/<int:pk>/test/", views.notification_test, name="notification-test"),
+    path("notifications/<int:pk>/remove/", views.notification_remove, name="notification-remove"),
 ]

@@ -8,6 +8,8 @@ without JavaScript the same URLs answer with whole pages and redirects.
 
 import datetime
 import difflib
+import functools
+import hashlib
 import json
 import uuid
 from urllib.parse import quote
@@ -17,17 +19,19 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
 from django.db.models import Prefetch, Q
 from django.db.models.functions import Substr
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from . import allowlist, calls, control, files, live, rules, serverconfig
+from . import allowlist, calls, control, files, live, notify, rules, serverconfig
 from .forms import (
     HistoryFilter,
     ImportForm,
@@ -40,6 +44,7 @@ from .forms import (
 )
 from .models import (
     ApiToken,
+    NotificationTarget,
     PermissionGrant,
     Server,
     SessionAllowance,
@@ -63,6 +68,36 @@ def _get_server_or_404(name: str) -> Server:
     return server
 
 
+class _WholePage:
+    """`request.htmx` for a history-restore request: falsy, so the view renders the page."""
+
+    def __init__(self, details) -> None:
+        self._details = details
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str):
+        return getattr(self._details, name)
+
+
+def htmx_page(view):
+    """For views that answer htmx with a fragment and everyone else with the page. htmx asks
+    again for a page it has no copy of when going back (`HX-History-Restore-Request`): that
+    gets the whole page. Every answer varies on `HX-Request`, so no cache hands a fragment to
+    a full load."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if request.htmx and request.htmx.history_restore_request:
+            request.htmx = _WholePage(request.htmx)
+        response = view(request, *args, **kwargs)
+        patch_vary_headers(response, ("HX-Request",))
+        return response
+
+    return wrapped
+
+
 def _fragment(
     request: HttpRequest,
     template: str,
@@ -81,7 +116,9 @@ def _fragment(
         html += render_to_string("base.html#pending-badge", {"oob": True}, request)
     if notes:
         html += render_to_string("base.html#messages", {"oob": True}, request)
-    return HttpResponse(html)
+    response = HttpResponse(html)
+    patch_vary_headers(response, ("HX-Request",))
+    return response
 
 
 def _back(request: HttpRequest, default: str, *args) -> HttpResponse:
@@ -139,6 +176,7 @@ def _data_url(value: object, kind: str) -> bool:
 
 @login_required
 @require_safe
+@htmx_page
 def servers(request: HttpRequest) -> HttpResponse:
     context = {"servers": live.server_rows()}
     if request.htmx:
@@ -168,6 +206,7 @@ def _trust_context(server: Server) -> dict:
 
 @login_required
 @require_safe
+@htmx_page
 def server_detail(request: HttpRequest, name: str) -> HttpResponse:
     server = _get_server_or_404(name)
     if request.htmx:
@@ -387,6 +426,7 @@ def _preview_row(name: str, config: dict, exists: bool) -> dict:
 
 @login_required
 @require_safe
+@htmx_page
 def tool_try_form(request: HttpRequest, name: str) -> HttpResponse:
     """A tool's try-it form (htmx, when its section is opened), or the server page with that
     form open."""
@@ -447,6 +487,7 @@ def _allowances() -> list[SessionAllowance]:
 
 @login_required
 @require_safe
+@htmx_page
 def pending(request: HttpRequest) -> HttpResponse:
     context = live.pending_context(live.pending_calls())
     if request.htmx:
@@ -487,7 +528,7 @@ def pending_reply(request: HttpRequest, confirm_id: str) -> HttpResponse:
             context,
             oob=("base.html#pending-badge", "mcpcore/pending_list.html#allowances"),
         )
-    return redirect("pending")
+    return _back(request, "pending")
 
 
 def _reply_message(call: ToolCall) -> str:
@@ -575,6 +616,7 @@ def took(seconds: float | None) -> str:
 
 @login_required
 @require_safe
+@htmx_page
 def history(request: HttpRequest) -> HttpResponse:
     form = HistoryFilter(request.GET)
     rows = ToolCall.objects.defer("result", "raw_result").annotate(
@@ -608,6 +650,7 @@ def _result_context(call: ToolCall) -> dict:
 
 @login_required
 @require_safe
+@htmx_page
 def call_detail(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
     call = get_object_or_404(ToolCall, id=call_id)
     context = _result_context(call)
@@ -641,6 +684,7 @@ def _tokens_page(request: HttpRequest, form: TokenForm, new: dict | None, status
 
 @login_required
 @require_safe
+@htmx_page
 def tokens(request: HttpRequest) -> HttpResponse:
     if request.htmx:
         return render(request, "mcpcore/token_list.html#token-list", {"tokens": _token_rows()})
@@ -793,3 +837,145 @@ def rules_page(request: HttpRequest) -> HttpResponse:
     in_force, problem = files.current_rules()
     context = {"rules": in_force, "problem": problem, "text": text, "save_error": save_error}
     return render(request, "mcpcore/rules.html", context, status=status)
+
+
+# --- approve from anywhere (SPEC 15) ----------------------------------------------------------
+
+
+def _ending(call: ToolCall) -> str:
+    """How a confirmation ended, in a sentence for its page."""
+    when = call.decided_at or call.ended_at
+    at = f" at {when.astimezone(datetime.UTC):%Y-%m-%d %H:%M:%S} UTC" if when else ""
+    who = call.decided_by or "someone"
+    said = {
+        "approve": f"Approved by {who}{at}.",
+        "remember": f"Approved and remembered by {who}{at}.",
+        "session": f"Approved for session {call.session_id} by {who}{at}.",
+        "deny": f"Denied by {who}{at}." + (f" Reason: {call.reason}" if call.reason else ""),
+        "abort": f"Stopped by {who}{at}: the agent was told to stop.",
+        "expired": f"Expired{at}: nobody answered in time.",
+    }.get(call.decision)
+    if said is None:
+        ended = f" at {call.ended_at.astimezone(datetime.UTC):%Y-%m-%d %H:%M:%S} UTC" if call.ended_at else ""
+        said = (
+            f"Ended ({call.status}){ended}."
+            if call.ended
+            else f"Decided ({call.decision or call.status}){at}."
+        )
+    return said
+
+
+def _confirmation_context(call: ToolCall) -> dict:
+    pending = call.status == "pending"
+    return {
+        "call": call,
+        "item": live.pending_context([call])["pending_items"][0] if pending else None,
+        "ending": "" if pending else _ending(call),
+        "detail": True,
+    }
+
+
+@login_required
+@require_safe
+@htmx_page
+def pending_detail(request: HttpRequest, confirm_id: uuid.UUID) -> HttpResponse:
+    """One confirmation's own page: the inbox's buttons while it waits, how it ended after.
+    Every link the console sends (webhooks, ntfy, browser notifications) points here."""
+    call = get_object_or_404(ToolCall, confirm_id=confirm_id)
+    context = _confirmation_context(call)
+    if request.htmx:
+        return render(request, "mcpcore/pending_detail.html#pending-detail", context)
+    return render(request, "mcpcore/pending_detail.html", context)
+
+
+@login_required
+@require_safe
+def pending_feed(request: HttpRequest) -> JsonResponse:
+    """What the page's script needs to raise browser notifications for new confirmations."""
+    items = [
+        {
+            "id": str(c.confirm_id),
+            "tool": notify.short_tool(c.tool_name, c.server_name),
+            "server": c.server_name,
+            "url": reverse("pending-detail", args=[c.confirm_id]),
+        }
+        for c in live.pending_calls()[: live.PENDING_SHOWN]
+    ]
+    response = JsonResponse({"pending": items})
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+DELIVERIES_SHOWN = 20  # per target on the Notifications page
+_check_url = URLValidator(schemes=["http", "https"])
+
+
+def _targets() -> list[NotificationTarget]:
+    rows = list(NotificationTarget.objects.all())
+    for row in rows:
+        row.recent = list(row.deliveries.order_by("-created_at", "-id")[:DELIVERIES_SHOWN])
+    return rows
+
+
+def _targets_context() -> dict:
+    targets = _targets()
+    shown = ";".join(
+        f"{t.pk}:" + ",".join(f"{d.pk}.{d.status}.{d.attempts}" for d in t.recent) for t in targets
+    )
+    return {"targets": targets, "targets_sig": hashlib.sha1(shown.encode()).hexdigest()[:16]}
+
+
+def _notifications_page(
+    request: HttpRequest, form: dict, new: dict | None, status: int = 200
+) -> HttpResponse:
+    context = {**_targets_context(), "form": form, "new": new, "public_url": settings.AGENVOY_PUBLIC_URL}
+    response = render(request, "mcpcore/notification_list.html", context, status=status)
+    response["Cache-Control"] = "no-store"  # a new target's secret is on it once
+    return response
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+@htmx_page
+def notifications(request: HttpRequest) -> HttpResponse:
+    """Notification targets: add one (a webhook's secret is shown on this answer only), list
+    them with their recent deliveries."""
+    if request.method != "POST":
+        if request.htmx:
+            return render(request, "mcpcore/notification_list.html#notification-targets", _targets_context())
+        return _notifications_page(request, {"kind": "webhook", "url": "", "error": ""}, None)
+    kind = request.POST.get("kind", "")
+    url = request.POST.get("url", "").strip()
+    form = {"kind": kind, "url": url, "error": ""}
+    if kind not in ("webhook", "ntfy"):
+        form["error"] = "Choose a kind: webhook or ntfy."
+    else:
+        try:
+            _check_url(url)
+        except ValidationError:
+            form["error"] = "Enter an http:// or https:// URL."
+        if len(url) > 2000:
+            form["error"] = "That URL is too long (at most 2,000 characters)."
+    if form["error"]:
+        return _notifications_page(request, form, None, status=400)
+    target, secret = notify.add_target(kind, url, request.user.get_username())
+    blank = {"kind": kind, "url": "", "error": ""}
+    return _notifications_page(request, blank, {"target": target, "secret": secret})
+
+
+@login_required
+@require_POST
+def notification_test(request: HttpRequest, pk: int) -> HttpResponse:
+    target = get_object_or_404(NotificationTarget, pk=pk)
+    notify.queue_test(target)
+    messages.success(request, f"Test queued for {target.url}: its delivery appears below once sent.")
+    return redirect("notifications")
+
+
+@login_required
+@require_POST
+def notification_remove(request: HttpRequest, pk: int) -> HttpResponse:
+    target = get_object_or_404(NotificationTarget, pk=pk)
+    target.delete()
+    messages.success(request, f"Removed {target.kind} target {target.url}.")
+    return redirect("notifications")

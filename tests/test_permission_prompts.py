@@ -244,7 +244,8 @@ def test_it_shows_a_prompt_on_the_pending_page_with_its_tool_arguments_and_label
     call = prompt(agent)
     html = signed_in.get("/pending/").content.decode()
     item = _article(html, call)
-    assert '<h2 class="break">Bash</h2>' in item and "permission prompt</span>" in item
+    assert re.search(r'<h2 class="break"><a href="/pending/[0-9a-f-]+/">Bash</a></h2>', item)
+    assert "permission prompt</span>" in item
     assert 'data-kind="permission_prompt"' in item and "<code>Bash</code>" in item
     assert "&quot;command&quot;: &quot;rm -rf build&quot;" in item and "claude" in item
     for button in ("Approve", "Approve and remember", "Approve for session", "Deny"):

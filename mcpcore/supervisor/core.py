@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import calls, control, db, files
+from .. import calls, control, db, files, notify
 from ..models import Server, Worker
 from . import runner
 from .session import ServerSession
@@ -60,6 +60,7 @@ class Supervisor:
         await layer.group_add(control.SUPERVISORS, self.channel)
         await db.run(self._register_worker)
         self._tasks.append(asyncio.ensure_future(self._loop()))
+        self._tasks.append(asyncio.ensure_future(notify.run()))  # webhooks and ntfy (SPEC 15)
 
     def _register_worker(self) -> None:
         Worker.objects.update_or_create(

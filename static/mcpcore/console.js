@@ -97,8 +97,101 @@
     form.querySelectorAll(".for-stdio").forEach(function (f) { f.hidden = !stdio; });
     form.querySelectorAll(".for-http").forEach(function (f) { f.hidden = stdio; });
   }
+  // Browser notifications (SPEC 15). "Notify me" asks for the browser's permission and opts
+  // this browser in; from then on a confirmation that arrives while the page is in the
+  // background raises a system notification, and clicking it opens the confirmation's page.
+  // News comes from the live socket (every push carries the badge) or, while the socket is
+  // down, from polling; what is waiting comes from /pending/feed/.
+  var NOTIFY_KEY = "agvNotify";
+  window.agvNotifySeen = null; // confirmation ids this page knows of; null until the first look
+  function notifyButton() { return document.getElementById("notify-me"); }
+  function canNotify() { return "Notification" in window; }
+  function optedIn() {
+    try {
+      return canNotify() && Notification.permission === "granted" && localStorage.getItem(NOTIFY_KEY) === "on";
+    } catch (err) { return false; }
+  }
+  function showNotifyButton() {
+    var button = notifyButton();
+    if (!button) return;
+    button.hidden = !canNotify();
+    var on = optedIn();
+    button.textContent = on ? "Notifications on" : "Notify me";
+    button.setAttribute("aria-pressed", on ? "true" : "false");
+    button.title = on
+      ? "This browser shows a notification for each new confirmation while the console is in the background. Click to stop."
+      : "Show a system notification for each new confirmation while the console is in the background";
+  }
+  function notifyNew(item) {
+    var note;
+    try {
+      note = new Notification("Approval needed: " + item.tool, {
+        body: item.tool + " on " + item.server + " is waiting for approval",
+        tag: "agv-" + item.id, // one notification per confirmation, however many tabs are open
+      });
+    } catch (err) {
+      return; // Android's Chrome allows notifications from service workers only: use ntfy there
+    }
+    note.onclick = function () {
+      window.focus();
+      window.location.href = item.url;
+      note.close();
+    };
+  }
+  var looking = false, lookAgain = false;
+  function look() {
+    var button = notifyButton();
+    if (!button || !optedIn()) return;
+    if (looking) { lookAgain = true; return; }
+    looking = true;
+    fetch(button.dataset.feed, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (body) {
+        if (!body) return;
+        var first = window.agvNotifySeen === null;
+        var seen = window.agvNotifySeen || {};
+        body.pending.forEach(function (item) {
+          if (seen[item.id]) return;
+          seen[item.id] = true;
+          // What waited before this page looked, or arrives while it is in front, is seen here.
+          if (!first && document.hidden) notifyNew(item);
+        });
+        window.agvNotifySeen = seen;
+      })
+      .catch(function () {})
+      .then(function () {
+        looking = false;
+        if (lookAgain) { lookAgain = false; look(); }
+      });
+  }
+  document.addEventListener("click", function (e) {
+    var button = e.target.closest && e.target.closest("#notify-me");
+    if (!button || !canNotify()) return;
+    if (optedIn()) {
+      localStorage.removeItem(NOTIFY_KEY);
+      showNotifyButton();
+      return;
+    }
+    Promise.resolve(Notification.requestPermission()).then(function (permission) {
+      if ((permission || Notification.permission) === "granted") localStorage.setItem(NOTIFY_KEY, "on");
+      showNotifyButton();
+      look();
+    });
+  });
+  // Every push about confirmations swaps the badge: look for new ones, and let a
+  // confirmation's own page (listening for agv-pending) refresh itself.
+  document.addEventListener("htmx:oobAfterSwap", function (e) {
+    if (e.target && e.target.id === "pending-badge") {
+      htmx.trigger(document.body, "agv-pending");
+      look();
+    }
+  });
+  setInterval(function () { if (!window.agvLive) look(); }, 3000);
+
   document.addEventListener("DOMContentLoaded", function () {
     tick();
     document.querySelectorAll("form.server-form").forEach(showTransport);
+    showNotifyButton();
+    look();
   });
 })();

@@ -1,0 +1,321 @@
+"""Telling people about confirmations (SPEC 15): webhooks signed as Standard Webhooks do, and
+ntfy pushes.
+
+Nothing here is on a call's path. The notifier loop (`run`, started beside every supervisor)
+finds confirmations with news in the database every second, claims each event with a
+conditional update of `ToolCall.notified` (so exactly one process writes its deliveries, also
+in scale-out), writes one `Delivery` row per target, and sends the rows that are due, each
+claimed the same way. A delivery that fails is retried on `RETRY_DELAYS`, then marked failed;
+rows survive a restart, so an unsent one is sent by the next process that runs.
+
+The payload, signing and ntfy helpers at the top are pure functions.
+"""
+
+import asyncio
+import base64
+import datetime
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+import uuid
+from email.header import Header
+
+import httpx2
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from . import db
+from .models import Delivery, NotificationTarget, ToolCall, iso
+
+log = logging.getLogger("mcpcore.notify")
+
+RETRY_DELAYS = (5, 30, 120, 600, 3600)  # seconds after failed attempts 1..5; the 6th is final
+ATTEMPT_TIMEOUT = 10.0  # seconds a target has to answer
+CLAIM_SECONDS = 30  # an attempt not recorded by then (its process died) is made again
+TICK = 1.0
+IN_FLIGHT = 32  # deliveries one process sends at once
+KEEP_DAYS = 30  # sent and failed deliveries are kept this long
+PRUNE_EVERY = 3600.0  # seconds
+
+PENDING, RESOLVED, TEST = "confirmation.pending", "confirmation.resolved", "test"
+# ToolCall.notified
+TOLD_NOTHING, TOLD_PENDING, TOLD_ALL = 0, 1, 2
+
+# --- pure helpers -----------------------------------------------------------------------------
+
+
+def new_secret() -> str:
+    """A signing secret as Standard Webhooks write it: `whsec_` + base64 of random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def new_message_id() -> str:
+    return "msg_" + uuid.uuid4().hex
+
+
+def signature(secret: str, message_id: str, timestamp: int, body: str) -> str:
+    """`v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, keyed by the base64-decoded part
+    of the secret after `whsec_`."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{message_id}.{timestamp}.{body}".encode()
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+def webhook_headers(secret: str, message_id: str, timestamp: int, body: str) -> dict[str, str]:
+    return {
+        "content-type": "application/json",
+        "webhook-id": message_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": signature(secret, message_id, timestamp, body),
+    }
+
+
+def confirmation_url(base: str, confirm_id: str) -> str:
+    """The confirmation's own page, where every link the console sends points."""
+    return f"{base}/pending/{confirm_id}/"
+
+
+def event_data(pending: dict, server: str, url: str, ended: dict | None = None) -> dict:
+    """`data` of a confirmation event: the `GET /v1/pending` item, its server and page, and for
+    `confirmation.resolved` how it ended (`status`, `decision`, `decided_by`)."""
+    data = {**pending, "server": server, "url": url}
+    if ended is not None:
+        data.update(status=ended["status"], decision=ended["decision"], decided_by=ended["decided_by"])
+    return data
+
+
+def payload(event_type: str, when: datetime.datetime, data: dict) -> str:
+    """The body every webhook target gets, exactly as stored and signed."""
+    return json.dumps({"type": event_type, "timestamp": iso(when), "data": data}, ensure_ascii=False)
+
+
+def short_tool(tool_name: str, server: str) -> str:
+    """`echo` for `mcp__every__echo` on server `every`; other names as they are."""
+    prefix = f"mcp__{server}__"
+    return tool_name[len(prefix) :] if server and tool_name.startswith(prefix) else tool_name
+
+
+def _header(text: str) -> str:
+    """A header value ntfy reads: ASCII as it is, anything else RFC 2047 encoded."""
+    text = " ".join(text.split())
+    return text if text.isascii() else Header(text, "utf-8").encode()
+
+
+def ntfy_request(event: dict) -> tuple[str, dict[str, str]]:
+    """The text and headers of an ntfy push for an event body (see `payload`)."""
+    data = event.get("data") or {}
+    if event.get("type") == TEST:
+        return data.get("message", "Test"), {
+            "Title": "Agenvoy MCP console",
+            "Click": data.get("url", ""),
+            "Tags": "white_check_mark",
+        }
+    tool = short_tool(data.get("tool_name", ""), data.get("server", ""))
+    server = data.get("server") or "the console"
+    headers = {"Title": _header(f"Approval needed: {tool}"), "Click": data["url"], "Tags": "lock"}
+    return f"{tool} on {server} is waiting for approval", headers
+
+
+def retry_delay(attempts: int, scale: float = 1.0) -> float | None:
+    """Seconds until the next try after `attempts` failed ones; None: give up."""
+    if attempts > len(RETRY_DELAYS):
+        return None
+    return RETRY_DELAYS[attempts - 1] * scale
+
+
+# --- targets ----------------------------------------------------------------------------------
+
+
+def add_target(kind: str, url: str, created_by: str = "") -> tuple[NotificationTarget, str]:
+    """A new target; returns it and its secret (webhooks), which is shown once."""
+    secret = new_secret() if kind == "webhook" else ""
+    target = NotificationTarget.objects.create(kind=kind, url=url, secret=secret, created_by=created_by)
+    return target, secret
+
+
+def queue_test(target: NotificationTarget) -> Delivery:
+    """A test message for "Send a test", sent like any other delivery."""
+    now = timezone.now()
+    data = {
+        "message": "A test from the Agenvoy MCP console: this target works.",
+        "url": f"{settings.AGENVOY_PUBLIC_URL}/notifications/",
+    }
+    return Delivery.objects.create(
+        target=target,
+        event_type=TEST,
+        message_id=new_message_id(),
+        body=payload(TEST, now, data),
+        created_at=now,
+        next_attempt_at=now,
+    )
+
+
+# --- events -> deliveries (one process claims each) -------------------------------------------
+
+
+def _events_for(call: ToolCall, base: str, now: datetime.datetime) -> list[tuple[str, str]]:
+    """(event type, body) of the news a call has beyond what was told."""
+    url = confirmation_url(base, str(call.confirm_id))
+    out = []
+    if call.notified == TOLD_NOTHING:
+        out.append((PENDING, payload(PENDING, now, event_data(call.to_pending(), call.server_name, url))))
+    if call.status != "pending":
+        ended = {"status": call.status, "decision": call.decision, "decided_by": call.decided_by}
+        data = event_data(call.to_pending(), call.server_name, url, ended)
+        out.append((RESOLVED, payload(RESOLVED, now, data)))
+    return out
+
+
+def enqueue(limit: int = 200) -> int:
+    """Write deliveries for confirmations that are new or have ended since last told; returns
+    how many events were claimed. A call that was pending and ended between two looks gets
+    both events, in order."""
+    news = (
+        ToolCall.objects.filter(confirm_id__isnull=False, notified__lt=TOLD_ALL)
+        .filter(Q(notified=TOLD_NOTHING) | ~Q(status="pending"))
+        .order_by("created_at")[:limit]
+    )
+    rows = list(news)
+    if not rows:
+        return 0
+    targets = list(NotificationTarget.objects.all())
+    base, claimed = settings.AGENVOY_PUBLIC_URL, 0
+    for call in rows:
+        now = timezone.now()
+        told = TOLD_ALL if call.status != "pending" else TOLD_PENDING
+        with transaction.atomic():
+            if ToolCall.objects.filter(id=call.id, notified=call.notified).update(notified=told) != 1:
+                continue  # another process told it
+            claimed += 1
+            Delivery.objects.bulk_create(
+                Delivery(
+                    target=t,
+                    event_type=kind,
+                    message_id=new_message_id(),
+                    body=body,
+                    created_at=now,
+                    next_attempt_at=now,
+                )
+                for kind, body in _events_for(call, base, now)
+                for t in targets
+                # ntfy is for people: it hears of confirmations that wait, not of their end
+                # (nor of one that already ended).
+                if t.kind == "webhook" or (kind == PENDING and call.status == "pending")
+            )
+    return claimed
+
+
+def prune(days: int = KEEP_DAYS) -> int:
+    """Forget sent and failed deliveries older than `days` (pending ones are still owed)."""
+    cutoff = timezone.now() - datetime.timedelta(days=days)
+    deleted, _ = Delivery.objects.filter(status__in=("sent", "failed"), created_at__lt=cutoff).delete()
+    return deleted
+
+
+# --- sending ----------------------------------------------------------------------------------
+
+
+def claim_due(limit: int) -> list[Delivery]:
+    """Claim up to `limit` due deliveries: each one moved out of reach for CLAIM_SECONDS by a
+    conditional update, so exactly one process makes each attempt."""
+    now = timezone.now()
+    due = Delivery.objects.filter(status="pending", next_attempt_at__lte=now).order_by(
+        "next_attempt_at", "id"
+    )
+    claimed = [
+        pk
+        for pk, when in due.values_list("id", "next_attempt_at")[:limit]
+        if Delivery.objects.filter(id=pk, status="pending", next_attempt_at=when).update(
+            next_attempt_at=now + datetime.timedelta(seconds=CLAIM_SECONDS), attempts=F("attempts") + 1
+        )
+        == 1
+    ]
+    return list(Delivery.objects.filter(id__in=claimed).select_related("target").order_by("id"))
+
+
+def record(delivery: Delivery, code: int | None, error: str) -> str:
+    """Write an attempt's outcome (only if the row is still ours); returns the new status."""
+    now = timezone.now()
+    fields = {"last_status_code": code, "last_error": error[:1000], "last_attempt_at": now}
+    if code is not None and 200 <= code < 300:
+        fields.update(status="sent", last_error="")
+    else:
+        delay = retry_delay(delivery.attempts, settings.AGENVOY_WEBHOOK_RETRY_SCALE)
+        if delay is None:
+            fields["status"] = "failed"
+        else:
+            fields.update(status="pending", next_attempt_at=now + datetime.timedelta(seconds=delay))
+    Delivery.objects.filter(id=delivery.id, attempts=delivery.attempts, status="pending").update(**fields)
+    return fields["status"]
+
+
+async def attempt(http: httpx2.AsyncClient, delivery: Delivery) -> tuple[int | None, str]:
+    """POST one delivery to its target; (status code or None, error text)."""
+    target = delivery.target
+    if target.kind == "webhook":
+        headers = webhook_headers(target.secret, delivery.message_id, int(time.time()), delivery.body)
+        content = delivery.body.encode()
+    else:
+        text, headers = ntfy_request(json.loads(delivery.body))
+        content = text.encode()
+    try:
+        async with asyncio.timeout(ATTEMPT_TIMEOUT):
+            answer = await http.post(target.url, content=content, headers=headers)
+    except TimeoutError:
+        return None, f"no answer within {ATTEMPT_TIMEOUT:.0f} s"
+    except httpx2.HTTPError as exc:
+        return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if 200 <= answer.status_code < 300:
+        return answer.status_code, ""
+    return answer.status_code, f"HTTP {answer.status_code} {answer.reason_phrase}".strip()
+
+
+async def _send(http: httpx2.AsyncClient, batch: list[Delivery]) -> None:
+    """One target's claimed deliveries, in order."""
+    try:
+        for delivery in batch:
+            code, error = await attempt(http, delivery)
+            status = await db.run(record, delivery, code, error)
+            if status != "sent":
+                log.info("delivery %s to target %s: %s (%s)", delivery.id, delivery.target_id, error, status)
+    except Exception:
+        log.exception("sending deliveries failed")  # the claims run out; they are tried again
+
+
+async def run() -> None:
+    """The notifier loop: every second, write deliveries for confirmation news and start
+    sending the due ones (targets concurrently, each target's in order). Until cancelled."""
+    sending: dict[asyncio.Task, int] = {}
+    client = httpx2.AsyncClient(
+        timeout=ATTEMPT_TIMEOUT, follow_redirects=False, headers={"user-agent": "agenvoy-console"}
+    )
+    loop = asyncio.get_running_loop()
+    prune_at = loop.time() + 60
+    try:
+        while True:
+            try:
+                if loop.time() >= prune_at:
+                    prune_at = loop.time() + PRUNE_EVERY
+                    await db.run(prune)
+                await db.run(enqueue)
+                room = IN_FLIGHT - sum(sending.values())
+                batch = await db.run(claim_due, room) if room > 0 else []
+                by_target: dict[int, list[Delivery]] = {}
+                for delivery in batch:
+                    by_target.setdefault(delivery.target_id, []).append(delivery)
+                for rows in by_target.values():
+                    task = asyncio.ensure_future(_send(client, rows))
+                    sending[task] = len(rows)
+                    task.add_done_callback(lambda t: sending.pop(t, None))
+            except Exception:
+                log.exception("notifier tick failed")
+            await asyncio.sleep(TICK)
+    finally:
+        for task in list(sending):
+            task.cancel()
+        await client.aclose()

@@ -1,0 +1,385 @@
+"""SPEC 15 / issue 14: webhooks and ntfy pushes for confirmations, sent by the notifier loop to a
+real HTTP receiver on loopback; and the pure signing and payload helpers.
+
+The signature is checked the way the Standard Webhooks reference libraries verify one: drop
+`whsec_`, base64-decode the rest as the HMAC key, HMAC-SHA256 over `<id>.<timestamp>.<body>`,
+base64, compare in constant time with each `v1,` entry of `webhook-signature`.
+"""
+
+import asyncio
+import base64
+import datetime
+import hashlib
+import hmac
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import anyio
+import pytest
+import pytest_asyncio
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+
+from mcpcore import notify
+from mcpcore.models import Delivery, NotificationTarget, ToolCall
+
+# --- a real receiver --------------------------------------------------------------------------
+
+
+class Receiver:
+    """A threaded HTTP server on loopback that records every request. `answers` are the status
+    codes to give, in order (then 200); `hang` makes it hold every answer until released."""
+
+    def __init__(self, answers: list[int] | None = None, hang: bool = False) -> None:
+        self.requests: list[dict] = []
+        self.answers = list(answers or [])
+        self.release = threading.Event()
+        if not hang:
+            self.release.set()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                receiver.requests.append(
+                    {
+                        "path": self.path,
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
+                        "body": body,
+                        "at": time.time(),
+                    }
+                )
+                receiver.release.wait(20)
+                code = receiver.answers.pop(0) if receiver.answers else 200
+                self.send_response(code)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def verify(secret: str, headers: dict, body: bytes) -> bool:
+    """Standard Webhooks verification, as the reference libraries do it."""
+    msg_id, stamp = headers["webhook-id"], headers["webhook-timestamp"]
+    if abs(time.time() - int(stamp)) > 300:
+        return False
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    expected = base64.b64encode(
+        hmac.new(key, msg_id.encode() + b"." + stamp.encode() + b"." + body, hashlib.sha256).digest()
+    ).decode()
+    for entry in headers["webhook-signature"].split(" "):
+        version, _, sig = entry.partition(",")
+        if version == "v1" and hmac.compare_digest(sig, expected):
+            return True
+    return False
+
+
+def pending_call(tool="echo", server="every", **fields) -> ToolCall:
+    now = timezone.now()
+    return ToolCall.objects.create(
+        session_id="sess-1",
+        tool_name=f"mcp__{server}__{tool}",
+        server_name=server,
+        tool=tool,
+        arguments={"message": "hi"},
+        status="pending",
+        confirm_id=uuid.uuid4(),
+        created_at=now,
+        expires_at=now + datetime.timedelta(minutes=5),
+        requested_by="agent-1",
+        **fields,
+    )
+
+
+async def wait_for(predicate, seconds: float = 15, what: str = "condition"):
+    """Re-check `predicate` (sync, may touch the database) until true, bounded."""
+    try:
+        with anyio.fail_after(seconds):
+            while True:
+                value = await sync_to_async(predicate)()
+                if value:
+                    return value
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"{what} not reached within {seconds}s") from None
+
+
+@pytest_asyncio.fixture
+async def notifier():
+    """The notifier loop, as a supervisor starts it."""
+    task = asyncio.ensure_future(notify.run())
+    yield task
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+# --- pure helpers -----------------------------------------------------------------------------
+
+
+def test_it_signs_the_standard_webhooks_test_vector():
+    # The example of the Standard Webhooks specification and its reference libraries' tests.
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    sig = notify.signature(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, '{"test": 2432232314}')
+    assert sig == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+
+
+def test_it_makes_secrets_of_at_least_24_random_bytes():
+    one, two = notify.new_secret(), notify.new_secret()
+    assert one.startswith("whsec_") and one != two
+    assert len(base64.b64decode(one.removeprefix("whsec_"))) >= 24
+
+
+def test_it_builds_the_pending_and_resolved_payloads():
+    pending = {"id": "c1", "kind": "tool_confirm", "tool_name": "mcp__s__t"}
+    when = datetime.datetime(2026, 12, 1, 9, 0, tzinfo=datetime.UTC)
+    url = notify.confirmation_url("https://console.example", "c1")
+    assert url == "https://console.example/pending/c1/"
+    body = json.loads(notify.payload(notify.PENDING, when, notify.event_data(pending, "s", url)))
+    assert body == {
+        "type": "confirmation.pending",
+        "timestamp": "2026-12-01T09:00:00Z",
+        "data": {**pending, "server": "s", "url": url},
+    }
+    ended = {"status": "skipped", "decision": "deny", "decided_by": "op", "other": "x"}
+    data = notify.event_data(pending, "s", url, ended)
+    assert data == {
+        **pending,
+        "server": "s",
+        "url": url,
+        "status": "skipped",
+        "decision": "deny",
+        "decided_by": "op",
+    }
+
+
+def test_it_words_an_ntfy_push_and_encodes_a_title_that_is_not_ascii():
+    data = {"tool_name": "mcp__every__echo", "server": "every", "url": "https://c/pending/1/"}
+    text, headers = notify.ntfy_request({"type": notify.PENDING, "data": data})
+    assert text == "echo on every is waiting for approval"
+    assert headers == {"Title": "Approval needed: echo", "Click": "https://c/pending/1/", "Tags": "lock"}
+    data["tool_name"] = "mcp__every__größe"
+    _, headers = notify.ntfy_request({"type": notify.PENDING, "data": data})
+    assert headers["Title"].startswith("=?utf-8?") and headers["Title"].isascii()
+
+
+def test_it_retries_on_the_stated_schedule_then_gives_up():
+    assert [notify.retry_delay(n) for n in range(1, 7)] == [5, 30, 120, 600, 3600, None]
+    assert notify.retry_delay(2, 0.01) == pytest.approx(0.3)
+
+
+# --- deliveries to a real receiver ------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_posts_signed_pending_and_resolved_events(receiver, notifier, settings):
+    settings.AGENVOY_PUBLIC_URL = "https://approve.example"
+    target, secret = await sync_to_async(notify.add_target)("webhook", receiver.url)
+    call = await sync_to_async(pending_call)()
+    await wait_for(lambda: len(receiver.requests) >= 1, what="the pending event")
+    got = receiver.requests[0]
+    assert got["path"] == "/hook"
+    assert got["headers"]["content-type"] == "application/json"
+    assert got["headers"]["webhook-id"].startswith("msg_")
+    assert abs(int(got["headers"]["webhook-timestamp"]) - time.time()) < 30
+    assert verify(secret, got["headers"], got["body"])
+    assert not verify(notify.new_secret(), got["headers"], got["body"])
+    body = json.loads(got["body"])
+    assert body["type"] == "confirmation.pending"
+    assert datetime.datetime.fromisoformat(body["timestamp"]).tzinfo is not None
+    url = f"https://approve.example/pending/{call.confirm_id}/"
+    assert body["data"] == {**call.to_pending(), "server": "every", "url": url}
+
+    await sync_to_async(ToolCall.objects.filter(id=call.id).update)(
+        status="skipped", decision="deny", decided_by="op", ended_at=timezone.now()
+    )
+    await wait_for(lambda: len(receiver.requests) >= 2, what="the resolved event")
+    got = receiver.requests[1]
+    assert verify(secret, got["headers"], got["body"])
+    assert got["headers"]["webhook-id"] != receiver.requests[0]["headers"]["webhook-id"]
+    body = json.loads(got["body"])
+    assert body["type"] == "confirmation.resolved"
+    assert body["data"] == {
+        **call.to_pending(),
+        "server": "every",
+        "url": url,
+        "status": "skipped",
+        "decision": "deny",
+        "decided_by": "op",
+    }
+    rows = await sync_to_async(lambda: list(Delivery.objects.filter(target=target).order_by("id")))()
+    assert [(d.event_type, d.status, d.last_status_code, d.attempts) for d in rows] == [
+        ("confirmation.pending", "sent", 200, 1),
+        ("confirmation.resolved", "sent", 200, 1),
+    ]
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_retries_after_a_500_with_the_same_webhook_id(notifier):
+    receiver = Receiver(answers=[500])
+    try:
+        target, secret = await sync_to_async(notify.add_target)("webhook", receiver.url)
+        await sync_to_async(pending_call)()
+        row = await wait_for(
+            lambda: Delivery.objects.filter(
+                target=target, attempts=1, last_status_code=500, status="pending"
+            ).first(),
+            what="the first attempt failing",
+        )
+        assert row.last_error == "HTTP 500 Internal Server Error"
+        wait = (row.next_attempt_at - row.last_attempt_at).total_seconds()
+        assert wait == pytest.approx(5, abs=0.5)  # the first retry is due 5 s later
+        # Move the retry forward instead of waiting 5 s.
+        await sync_to_async(Delivery.objects.filter(id=row.id).update)(next_attempt_at=timezone.now())
+        await wait_for(lambda: len(receiver.requests) >= 2, what="the retry")
+        first, again = receiver.requests[:2]
+        assert first["headers"]["webhook-id"] == again["headers"]["webhook-id"]
+        assert first["body"] == again["body"]
+        assert verify(secret, again["headers"], again["body"])
+        row = await wait_for(lambda: Delivery.objects.filter(id=row.id, status="sent").first(), what="sent")
+        assert (row.attempts, row.last_status_code, row.last_error) == (2, 200, "")
+    finally:
+        receiver.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_marks_a_delivery_failed_after_the_last_retry(notifier):
+    receiver = Receiver(answers=[503])
+    try:
+        target, _ = await sync_to_async(notify.add_target)("webhook", receiver.url)
+        row = await sync_to_async(notify.queue_test)(target)
+        # As if five attempts had failed already: this one is the last.
+        await sync_to_async(Delivery.objects.filter(id=row.id).update)(attempts=5)
+        row = await wait_for(
+            lambda: Delivery.objects.filter(id=row.id, status="failed").first(), what="failed"
+        )
+        assert (row.attempts, row.last_status_code) == (6, 503)
+    finally:
+        receiver.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_counts_no_answer_in_10_s_as_a_failure(notifier):
+    receiver = Receiver(hang=True)
+    try:
+        target, _ = await sync_to_async(notify.add_target)("webhook", receiver.url)
+        row = await sync_to_async(notify.queue_test)(target)
+        started = time.monotonic()
+        row = await wait_for(
+            lambda: Delivery.objects.filter(
+                id=row.id, attempts=1, last_error__startswith="no answer"
+            ).first(),
+            seconds=20,
+            what="the attempt timing out",
+        )
+        assert 9.5 <= time.monotonic() - started < 15
+        assert row.status == "pending" and row.last_status_code is None
+    finally:
+        receiver.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_pushes_to_ntfy_with_title_click_and_tags(receiver, notifier, settings):
+    settings.AGENVOY_PUBLIC_URL = "https://approve.example"
+    target, secret = await sync_to_async(notify.add_target)("ntfy", receiver.url)
+    assert secret == ""
+    call = await sync_to_async(pending_call)(tool="get-sum")
+    await wait_for(lambda: receiver.requests, what="the ntfy push")
+    got = receiver.requests[0]
+    assert got["body"].decode() == "get-sum on every is waiting for approval"
+    assert got["headers"]["title"] == "Approval needed: get-sum"
+    assert got["headers"]["click"] == f"https://approve.example/pending/{call.confirm_id}/"
+    assert got["headers"]["tags"] == "lock"
+    assert "webhook-signature" not in got["headers"]
+    # ntfy hears of confirmations that wait, not of their end.
+    await sync_to_async(ToolCall.objects.filter(id=call.id).update)(status="expired", decision="expired")
+    await wait_for(
+        lambda: ToolCall.objects.filter(id=call.id, notified=notify.TOLD_ALL).exists(), what="told"
+    )
+    assert await sync_to_async(Delivery.objects.filter(target=target).count)() == 1
+
+
+@pytest.mark.django_db
+def test_it_tells_each_event_once_and_both_for_a_call_that_ended_between_looks():
+    hook, _ = notify.add_target("webhook", "http://127.0.0.1:9/a")
+    notify.add_target("ntfy", "http://127.0.0.1:9/b")
+    quick = pending_call()
+    ToolCall.objects.filter(id=quick.id).update(status="running", decision="approve", decided_by="op")
+    waiting = pending_call(tool="add")
+    assert notify.enqueue() == 2
+    assert notify.enqueue() == 0  # nothing new: nothing written twice
+    kinds = list(Delivery.objects.filter(target=hook).order_by("id").values_list("event_type", flat=True))
+    assert kinds == ["confirmation.pending", "confirmation.resolved", "confirmation.pending"]
+    # ntfy (for people) is not told to approve what was already decided.
+    ntfy = Delivery.objects.filter(target__kind="ntfy")
+    assert [json.loads(d.body)["data"]["id"] for d in ntfy] == [str(waiting.confirm_id)]
+    assert {c.id: c.notified for c in ToolCall.objects.all()} == {quick.id: 2, waiting.id: 1}
+
+
+@pytest.mark.django_db
+def test_it_claims_each_due_delivery_once():
+    target, _ = notify.add_target("webhook", "http://127.0.0.1:9/a")
+    rows = [notify.queue_test(target) for _ in range(3)]
+    first = notify.claim_due(10)
+    assert [d.id for d in first] == [r.id for r in rows]
+    assert notify.claim_due(10) == []  # claimed: out of reach until recorded or the claim runs out
+    assert {d.attempts for d in first} == {1}
+    assert notify.record(first[0], 204, "") == "sent"
+    assert notify.record(first[1], 500, "HTTP 500") == "pending"
+    # An outcome of an attempt that is no longer ours is not written.
+    stale = first[2]
+    Delivery.objects.filter(id=stale.id).update(attempts=2)
+    notify.record(stale, 204, "")
+    assert Delivery.objects.get(id=stale.id).status == "pending"
+
+
+@pytest.mark.django_db
+def test_it_does_not_notify_about_calls_that_ran_at_once_or_with_no_target():
+    ToolCall.objects.create(
+        session_id="s", tool_name="mcp__every__echo", server_name="every", tool="echo", status="done"
+    )
+    call = pending_call()
+    assert notify.enqueue() == 1  # the flag moves even with no target, so none floods in later
+    assert Delivery.objects.count() == 0
+    assert ToolCall.objects.get(id=call.id).notified == 1
+    assert NotificationTarget.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_it_forgets_old_sent_and_failed_deliveries_but_not_owed_ones():
+    target, _ = notify.add_target("webhook", "http://127.0.0.1:9/a")
+    old = timezone.now() - datetime.timedelta(days=31)
+    rows = {status: notify.queue_test(target) for status in ("sent", "failed", "pending")}
+    for status, row in rows.items():
+        Delivery.objects.filter(id=row.id).update(status=status, created_at=old)
+    recent = notify.queue_test(target)
+    Delivery.objects.filter(id=recent.id).update(status="sent")
+    assert notify.prune() == 2
+    assert set(Delivery.objects.values_list("id", flat=True)) == {rows["pending"].id, recent.id}
