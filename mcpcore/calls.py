@@ -54,8 +54,12 @@ def allowed(tool_name: str) -> bool:
     return _matcher["match"](tool_name)
 
 
-def session_allowed(session_id: str) -> bool:
-    return SessionAllowance.objects.filter(session_id=session_id, revoked_at__isnull=True).exists()
+def session_allowed(token: ApiToken | None, session_id: str) -> bool:
+    """Whether "approve for session" is in force for this token and session id (SPEC 12.2):
+    another token sending the same session id gets nothing."""
+    return SessionAllowance.objects.filter(
+        session_id=session_id, token=token, revoked_at__isnull=True
+    ).exists()
 
 
 def create(
@@ -101,7 +105,9 @@ def create(
     if norm == "auto" and token is not None and not token.may_auto:
         raise CallError("this token may not use auto mode", 403)
     session_id = session_id.strip() if isinstance(session_id, str) else uuid.uuid4().hex
-    decision = gate.decide(norm, lambda: allowed(tool.registered_name), lambda: session_allowed(session_id))
+    decision = gate.decide(
+        norm, lambda: allowed(tool.registered_name), lambda: session_allowed(token, session_id)
+    )
     now = timezone.now()
     call = ToolCall(
         session_id=session_id,
@@ -120,11 +126,23 @@ def create(
         if worker:
             call.started_at, call.worker, call.attempts = now, worker, 1
     else:
+        if token is not None and (
+            ToolCall.objects.filter(token=token, status="pending").count() >= settings.AGENVOY_MAX_PENDING
+        ):
+            raise CallError("too many pending confirmations for this token", 429)
         call.status = "pending"
         call.confirm_id = uuid.uuid4()
         call.expires_at = now + datetime.timedelta(seconds=settings.AGENVOY_CONFIRM_TIMEOUT)
     call.save()
+    if call.status == "pending" and token is not None and not _still_live(token):
+        # Revoked between this request's auth and now: revoke_token's sweep may have missed it.
+        finish(call.id, "cancelled", TOKEN_REVOKED, decided_at=timezone.now())
+        call.refresh_from_db()
     return call
+
+
+def _still_live(token: ApiToken) -> bool:
+    return ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).exists()
 
 
 def owner_channel(server_name: str) -> str | None:
@@ -166,8 +184,11 @@ class ReplyError(CallError):
     pass
 
 
-def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
-    """Apply a person's reply to a pending confirmation (SPEC 5); returns the updated call."""
+def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None) -> ToolCall:
+    """Apply a person's reply to a pending confirmation (SPEC 5); returns the updated call.
+
+    `authorize(call)`, when given, runs once the confirmation is found and raises to refuse
+    the replier (the `/v1` token rights, SPEC 12.1), before the 410 of a decided call."""
     try:
         cid = uuid.UUID(str(confirm_id))
     except ValueError:
@@ -175,6 +196,8 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
     call = ToolCall.objects.filter(confirm_id=cid, session_id=session_id).first()
     if call is None:
         raise ReplyError("confirmation not found", 404)
+    if authorize is not None:
+        authorize(call)
     for key in ("approve", "remember", "allow_turn", "abort"):
         if key in body and not isinstance(body[key], bool):
             raise ReplyError(f"{key} must be true or false", 400)
@@ -202,7 +225,8 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
         with transaction.atomic():
             changed = pending.update(status="running", decision=decision, **decided)
             if changed and body.get("allow_turn"):
-                SessionAllowance.objects.create(session_id=session_id, granted_by=who)
+                # Bound to the token that made the call (SPEC 12.2), not to whoever replied.
+                SessionAllowance.objects.create(session_id=session_id, token_id=call.token_id, granted_by=who)
         if changed and body.get("remember"):
             try:
                 files.add_allow_entry(call.tool_name)
@@ -324,3 +348,22 @@ async def wait_ended(call_id, seconds: float) -> ToolCall | None:
                 pass
     finally:
         await layer.group_discard(group, channel)
+
+
+# --- token revocation (SPEC 12.2) ---------------------------------------------------------------
+
+TOKEN_REVOKED = "token revoked"
+
+
+def revoke_token(token_id: int) -> tuple[bool, list[str]]:
+    """Revoke a token: its next request gets 401, its session allowances end, and its pending
+    confirmations end `cancelled` (result `token revoked`). Returns whether this revoked it
+    and the ids of the calls it ended (to announce)."""
+    now = timezone.now()
+    with transaction.atomic():
+        if not ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).update(revoked_at=now):
+            return False, []
+        SessionAllowance.objects.filter(token_id=token_id, revoked_at__isnull=True).update(revoked_at=now)
+    pending = ToolCall.objects.filter(token_id=token_id, status="pending").values_list("id", flat=True)
+    ended = [str(cid) for cid in pending if finish(cid, "cancelled", TOKEN_REVOKED, decided_at=now)]
+    return True, ended

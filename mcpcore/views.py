@@ -431,7 +431,8 @@ def tool_try(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _allowances() -> list[SessionAllowance]:
-    return list(SessionAllowance.objects.filter(revoked_at__isnull=True).order_by("-created_at")[:200])
+    rows = SessionAllowance.objects.filter(revoked_at__isnull=True).select_related("token")
+    return list(rows.order_by("-created_at")[:200])
 
 
 @login_required
@@ -643,7 +644,8 @@ def token_create(request: HttpRequest) -> HttpResponse:
     form = TokenForm(request.POST)
     if not form.is_valid():
         return _tokens_page(request, form, None, status=400)
-    row, token = ApiToken.issue(form.cleaned_data["name"].strip(), form.cleaned_data["may_auto"])
+    data = form.cleaned_data
+    row, token = ApiToken.issue(data["name"].strip(), data["may_auto"], data["role"] or ApiToken.AGENT)
     return _tokens_page(request, TokenForm(), {"row": row, "token": token})
 
 
@@ -651,8 +653,13 @@ def token_create(request: HttpRequest) -> HttpResponse:
 @require_POST
 def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     row = get_object_or_404(ApiToken, pk=pk)
-    if ApiToken.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
-        messages.success(request, f"Revoked token {row.name}.")
+    revoked, ended = calls.revoke_token(row.pk)
+    for call_id in ended:
+        # Open Pending pages drop them live; anyone waiting on them wakes up.
+        async_to_sync(calls.announce)(call_id)
+    if revoked:
+        extra = f" and cancelled its {len(ended)} pending call(s)" if ended else ""
+        messages.success(request, f"Revoked token {row.name}{extra}.")
     if request.htmx:
         return _fragment(request, "mcpcore/token_list.html#token-list", {"tokens": _token_rows()})
     return redirect("tokens")

@@ -115,21 +115,27 @@ class Console:
             _TEMPLATE = folder / "db.sqlite3"
         shutil.copyfile(_TEMPLATE, self.data / "db.sqlite3")
 
-    def _insert_token(self, name: str) -> str:
-        """What `create_token` does, without starting Python again: only the hash is stored."""
+    def _insert_token(self, name: str, role: str = "admin", may_auto: bool = True) -> str:
+        """What `create_token` does, without starting Python again: only the hash is stored.
+        The console's own token (`self.token`) is an admin; tests make agents and approvers."""
         token = "agv_" + secrets.token_urlsafe(32)
         conn = sqlite3.connect(self.data / "db.sqlite3")
         with conn:
             conn.execute(
-                "insert into mcpcore_apitoken (name, token_hash, hint, may_auto, created_at)"
-                " values (?, ?, ?, 1, datetime('now'))",
-                (name, hashlib.sha256(token.encode()).hexdigest(), token[:8]),
+                "insert into mcpcore_apitoken (name, role, token_hash, hint, may_auto, created_at)"
+                " values (?, ?, ?, ?, ?, datetime('now'))",
+                (name, role, hashlib.sha256(token.encode()).hexdigest(), token[:8], int(may_auto)),
             )
         conn.close()
         return token
 
     def manage(self, *args: str) -> str:
         return manage(self.env, *args)
+
+    def client_for(self, role: str, name: str | None = None, may_auto: bool = True) -> "httpx2.Client":
+        """An HTTP client carrying a new token of `role` (the caller closes it)."""
+        token = self._insert_token(name or f"{role}-{secrets.token_hex(3)}", role, may_auto)
+        return httpx2.Client(base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {token}"})
 
     def start(self) -> "Console":
         self.log = open(self.base / f"serve-{self.port}.log", "ab")

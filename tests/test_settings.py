@@ -24,6 +24,7 @@ BAD = [
     ("AGENVOY_POLL_SECONDS", "0.5"),
     ("AGENVOY_RESULT_CAP", "0"),
     ("AGENVOY_RESULT_CAP", "1.5"),
+    ("AGENVOY_MAX_PENDING", "0"),
 ]
 GOOD = {
     "AGENVOY_POLL_SECONDS": "1.5",
@@ -33,6 +34,7 @@ GOOD = {
     "AGENVOY_CONFIRM_TIMEOUT": "2.25",
     "AGENVOY_RESULT_CAP": "1048576",
     "DJANGO_DEBUG": "false",
+    "AGENVOY_MAX_PENDING": "5",
 }
 
 

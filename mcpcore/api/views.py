@@ -6,7 +6,7 @@ from django.http import HttpRequest, JsonResponse
 
 from .. import allowlist, control, db, files, names, serverconfig
 from ..models import Server, Tool, mask_config
-from .auth import ApiError, api_view, json_body
+from .auth import ApiError, api_view, json_body, reply_refusal, visible_calls
 
 
 def _name_from(body: dict) -> str:
@@ -226,7 +226,7 @@ async def mcp_call_cancel(request: HttpRequest, call_id: str) -> JsonResponse:
 def pending(request: HttpRequest) -> JsonResponse:
     from ..models import ToolCall
 
-    rows = ToolCall.objects.filter(status="pending").order_by("created_at")
+    rows = visible_calls(request.api_token, ToolCall.objects.filter(status="pending")).order_by("created_at")
     return JsonResponse({"pending": [c.to_pending() for c in rows]})
 
 
@@ -235,8 +235,11 @@ async def confirm(request: HttpRequest, session_id: str, confirm_id: str) -> Jso
     from .. import calls
 
     body = json_body(request)
+    token = request.api_token
     try:
-        call = await db.run(calls.reply, session_id, confirm_id, body, _who(request))
+        call = await db.run(
+            calls.reply, session_id, confirm_id, body, _who(request), lambda c: reply_refusal(token, c)
+        )
     except calls.CallError as exc:
         raise ApiError(exc.message, exc.status) from None
     if call.status == "running":
