@@ -68,19 +68,20 @@ BODIES = {
 }
 
 
-def _v1_views(patterns=None, prefix: str = "") -> list[tuple[str, object]]:
-    """(URL name, view) of every pattern under /v1 in the resolver."""
+def _v1_views(patterns=None, prefix: str = "") -> list[tuple[str, object, str]]:
+    """(URL name, view, route) of every pattern under /v1 in the resolver."""
     out = []
     for p in get_resolver().url_patterns if patterns is None else patterns:
         route = str(p.pattern).lstrip("^")
         if isinstance(p, URLResolver):
             out += _v1_views(p.url_patterns, prefix + route)
         elif isinstance(p, URLPattern) and (prefix + route).startswith("v1/"):
-            out.append((p.name, p.callback))
+            out.append((p.name, p.callback, prefix + route))
     return out
 
 
-V1_VIEWS = [(name, view) for name, view in _v1_views() if name != "openapi"]
+V1_ROUTES = [(name, view, route) for name, view, route in _v1_views() if name != "openapi"]
+V1_VIEWS = [(name, view) for name, view, _ in V1_ROUTES]
 ROUTE_METHODS = sorted({(name, m) for name, view in V1_VIEWS for m in view.api_methods}, key=str)
 
 
@@ -92,6 +93,21 @@ def test_it_has_a_rule_and_an_expected_answer_for_every_v1_route_and_method():
     missing_expectation = [rm for rm in ROUTE_METHODS if rm not in EXPECT]
     assert missing_rule == [], "add these to mcpcore.api.auth.RIGHTS"
     assert missing_expectation == [], "add these to EXPECT (from SPEC 12.1)"
+
+
+def test_it_documents_each_routes_roles_and_refusals_in_the_openapi_description():
+    doc = Client().get("/v1/openapi.json").json()
+    for name, view, route in V1_ROUTES:
+        if name.startswith("api-not-found"):
+            continue
+        path = "/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route)
+        for method in view.api_methods:
+            op = doc["paths"][path][method.lower()]
+            assert set(op["x-agenvoy-roles"]) == set(ROLES), (path, method)
+            answers = {answer[0] for answer in EXPECT[(name, method)].values() if answer}
+            for status in answers - {200}:
+                assert str(status) in op["responses"], (path, method, status)
+    assert "429" in doc["paths"]["/v1/mcp/call"]["post"]["responses"]
 
 
 @pytest.fixture
