@@ -12,7 +12,20 @@ from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("AGENVOY_DATA_DIR", BASE_DIR / "data"))
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+if not DATA_DIR.is_dir():
+    # It holds the database and the secret key: owner only (SPEC 12.3).
+    DATA_DIR.parent.mkdir(parents=True, exist_ok=True)
+    DATA_DIR.mkdir(mode=0o700, exist_ok=True)
+
+
+def _private_file(path: Path) -> Path:
+    """Create `path` empty and 0600 if it is missing, so what fills it later (SQLite, and
+    SQLite's -wal/-shm files, which copy the database's mode) is owner-only too."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    return path
 
 
 def _seconds(name: str, default: float) -> float:
@@ -60,8 +73,8 @@ def _secret_key() -> str:
     path = DATA_DIR / "secret_key"
     if not path.exists():
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(secrets.token_urlsafe(50))
-        tmp.chmod(0o600)
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(secrets.token_urlsafe(50))
         os.replace(tmp, path)
     return path.read_text().strip()
 
@@ -138,7 +151,7 @@ def _database() -> dict:
     if not url:
         return {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": DATA_DIR / "db.sqlite3",
+            "NAME": _private_file(DATA_DIR / "db.sqlite3"),
             # WAL alone still gives "database is locked" with several writers; IMMEDIATE
             # transactions plus a busy timeout do not (STACK.md).
             "OPTIONS": {

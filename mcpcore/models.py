@@ -119,8 +119,30 @@ def mask_config(config: dict) -> dict:
     return out
 
 
+SECRETS_REENTER = "secret values must be entered again when the server's command or url changes"
+
+
+class SecretsMustBeReentered(ValueError):
+    """A posted mask for a server whose command or url changed (SPEC 12.3)."""
+
+
+def _where(config: dict | None) -> tuple[str, str]:
+    config = config or {}
+    return tuple(str(config.get(key) or "").strip() for key in ("command", "url"))
+
+
 def unmask_config(new: dict, old: dict | None) -> dict:
-    """Posting the mask back keeps the stored secret value."""
+    """Posting the mask back keeps the stored secret value, but only while the server's
+    `command` and `url` stay as stored: else a stored token could be sent to a new place."""
+    posts_mask = any(
+        v == SECRET_MASK
+        for key in ("env", "headers")
+        if isinstance(new.get(key), dict)
+        for v in new[key].values()
+    )
+    # A new server has nothing stored to keep: its masked values simply become empty.
+    if posts_mask and old is not None and _where(new) != _where(old):
+        raise SecretsMustBeReentered(SECRETS_REENTER)
     out = dict(new)
     for key in ("env", "headers"):
         values = out.get(key)

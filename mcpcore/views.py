@@ -235,7 +235,7 @@ def server_add(request: HttpRequest) -> HttpResponse:
         name = form.cleaned_data["name"]
         try:
             serverconfig.save(name, form.config, creating=True)
-        except files.ConfigFileError as exc:
+        except (files.ConfigFileError, serverconfig.ServerConfigError) as exc:
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"Added {name}; it is connecting.")
@@ -257,7 +257,7 @@ def server_edit(request: HttpRequest, name: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             serverconfig.save(server.name, form.config, creating=False)
-        except files.ConfigFileError as exc:
+        except (files.ConfigFileError, serverconfig.ServerConfigError) as exc:
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"Saved {server.name}.")

@@ -1,5 +1,6 @@
 """From a server's `mcp.json` entry to an `mcp` Client target: transports, `$VAR` expansion
-and the Authorization rule (SPEC 2.1). Expanded values live only in memory, never in files."""
+and the Authorization rule (SPEC 2.1, 12.3). Expanded values live only in memory, never in
+files, and `redact` keeps them out of the errors the console stores and logs."""
 
 import os
 import re
@@ -16,10 +17,56 @@ from .stdio import stdio_transport
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
+# The console's own settings are never handed to a server: whoever may edit mcp.json must not
+# be able to read the secret key or the database password through `$VAR` (SPEC 12.3).
+_PROTECTED_PREFIXES = ("DJANGO_", "AGENVOY_")
+_PROTECTED = {"DATABASE_URL", "REDIS_URL"}
+
+
+def protected(name: str) -> bool:
+    return name.startswith(_PROTECTED_PREFIXES) or name in _PROTECTED
+
+
 def expand(value: str, environ: dict[str, str] | None = None) -> str:
-    """`$VAR` and `${VAR}` from the environment; unknown variables become empty."""
+    """`$VAR` and `${VAR}` from the environment; unknown variables become empty, and the
+    console's own settings are left as written."""
     env = os.environ if environ is None else environ
-    return _VAR.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
+
+    def value_of(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        return m.group(0) if protected(name) else env.get(name, "")
+
+    return _VAR.sub(value_of, value)
+
+
+REDACTED = "********"
+_MIN_SECRET = 4  # shorter values would blank out ordinary words of a message
+
+
+def secret_values(config: dict, environ: dict[str, str] | None = None) -> list[str]:
+    """What a server's connection carries that must not be shown: every expanded env and
+    headers value (SPEC 2.1: all secrets) and every value `$VAR` put into its args. Longest
+    first, so a secret that contains another is replaced whole."""
+    env = os.environ if environ is None else environ
+    found: set[str] = set()
+    for key in ("env", "headers"):
+        for value in (config.get(key) or {}).values():
+            expanded = expand(str(value), env)
+            found.update({expanded, auth_header(expanded), expanded.strip()})
+    for text in [*(config.get("args") or []), *(str(v) for v in (config.get("env") or {}).values())]:
+        for m in _VAR.finditer(str(text)):
+            name = m.group(1) or m.group(2)
+            if not protected(name):
+                found.add(env.get(name, ""))
+    return sorted((v for v in found if len(v) >= _MIN_SECRET), key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """`text` with every secret value replaced by the mask."""
+    for value in secrets:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
 
 
 def auth_header(value: str) -> str:
@@ -79,7 +126,9 @@ def make_target(config: dict, transport: str, errlog: IO[str], tag: str = ""):
     """The transport object the Client connects through."""
     if transport == "stdio":
         return stdio_transport(stdio_params(config, tag), errlog)
-    url = expand(config["url"]).strip()
+    # Not expanded (SPEC 12.3): a URL built from the environment could send a header's secret
+    # to a host nobody wrote down.
+    url = config["url"].strip()
     headers = expanded_headers(config)
     if transport == "sse":
         return sse_client(url, headers=headers)
