@@ -98,6 +98,11 @@ class Console:
         self.http = httpx2.Client(
             base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {self.token}"}
         )
+        # Replies come from another token: no token may answer its own call (SPEC 12.1).
+        self.approver_token = self._insert_token("tests-approver", "approver")
+        self.approver = httpx2.Client(
+            base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {self.approver_token}"}
+        )
 
     def _fresh_database(self) -> None:
         """A copy of a database migrated once per test run: migrate costs seconds a console."""
@@ -179,6 +184,7 @@ class Console:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.http.close()
+        self.approver.close()
 
     # --- API helpers ---------------------------------------------------------------------------
 
@@ -204,6 +210,10 @@ class Console:
             )
 
         return wait_until(ok, timeout, 0.1, what=f"{names} connected")
+
+    def reply(self, session_id: str, confirm_id: str, body: dict | None = None):
+        """Reply to a confirmation as a person's script would: with the approver token."""
+        return self.approver.post(f"/v1/session/{session_id}/confirm/{confirm_id}", json=body or {})
 
     def call(self, name: str, arguments: dict | None = None, **extra):
         body = {"name": name, "arguments": arguments or {}, **extra}

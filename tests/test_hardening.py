@@ -67,7 +67,9 @@ def test_it_serves_and_caches_a_static_file_that_exists():
 
 def test_it_ends_a_call_whose_answer_is_over_the_bound_and_keeps_the_session(monkeypatch):
     monkeypatch.setattr(stdio, "MAX_MESSAGE", 2**20)
-    params = StdioServerParameters(command=sys.executable, args=[str(SERVERS / "huge.py")], env=dict(os.environ))
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(SERVERS / "huge.py")], env=dict(os.environ)
+    )
 
     async def scenario():
         with open(os.devnull, "w") as errlog, anyio.fail_after(60):
@@ -106,3 +108,105 @@ def test_it_finds_the_id_of_a_dropped_line_only_where_the_message_carries_it(lin
     else:
         assert message.message.id == request_id
         assert "over the" in message.message.error.message
+
+
+# --- long polls whose client has gone ---------------------------------------------------------
+
+
+def _pending_call_and_token():
+    import datetime
+    import uuid
+
+    from django.utils import timezone
+
+    from mcpcore.models import ApiToken, ToolCall
+
+    token, secret = ApiToken.issue("poller", role="agent")
+    now = timezone.now()
+    call = ToolCall.objects.create(
+        session_id="s",
+        tool_name="mcp__srv__tool",
+        server_name="srv",
+        tool="tool",
+        token=token,
+        confirm_id=uuid.uuid4(),
+        expires_at=now + datetime.timedelta(minutes=5),
+    )
+    return str(call.id), secret
+
+
+async def _long_poll(path: str, query: str, secret: str, leave: anyio.Event | None):
+    """Drive the /v1 ASGI handler as a server would; the client leaves when `leave` is set."""
+    from mcpcore.api.handler import ApiHandler
+
+    sent = []
+    messages = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive():
+        if messages:
+            return messages.pop(0)
+        if leave is None:
+            await anyio.sleep_forever()
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"authorization", f"Bearer {secret}".encode()), (b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8000),
+    }
+    await ApiHandler()(scope, receive, send)
+    return sent
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_it_stops_a_long_poll_when_the_client_disconnects():
+    from asgiref.sync import sync_to_async
+    from channels.layers import get_channel_layer
+
+    from mcpcore import control
+
+    call_id, secret = await sync_to_async(_pending_call_and_token)()
+    leave = anyio.Event()
+    layer = get_channel_layer()
+    group = control.call_group(call_id)
+    with anyio.fail_after(20):  # the poll asks for 120 s
+        async with anyio.create_task_group() as tg:
+            result = {}
+
+            async def poll():
+                result["sent"] = await _long_poll(f"/v1/mcp/calls/{call_id}", "wait=120", secret, leave)
+
+            tg.start_soon(poll)
+            while not getattr(layer, "groups", {}).get(group):
+                await anyio.sleep(0.01)  # the poll has subscribed to the call's wake-ups
+            leave.set()
+    assert result["sent"] == []  # nobody to answer
+    assert not layer.groups.get(group)  # and it let go of its subscription
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_it_answers_a_long_poll_whose_client_stays():
+    import json
+
+    from asgiref.sync import sync_to_async
+
+    call_id, secret = await sync_to_async(_pending_call_and_token)()
+    with anyio.fail_after(20):
+        sent = await _long_poll(f"/v1/mcp/calls/{call_id}", "wait=0.5", secret, None)
+    assert sent[0]["status"] == 200
+    assert json.loads(sent[1]["body"])["status"] == "pending"
