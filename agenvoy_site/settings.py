@@ -85,6 +85,52 @@ ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()
 ]
 
+# --- behind a TLS proxy (docs/deploy.md) -------------------------------------------------------
+# The console's address as people reach it (SPEC 15); https there means secure cookies.
+AGENVOY_PUBLIC_URL = os.environ.get("AGENVOY_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+
+
+def _public_origin(url: str) -> tuple[str, str]:
+    """(origin, host) of AGENVOY_PUBLIC_URL; anything but an http(s) address stops start-up."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ImproperlyConfigured(f"AGENVOY_PUBLIC_URL must be an http:// or https:// address, got {url!r}")
+    return f"{parts.scheme}://{parts.netloc}", parts.hostname
+
+
+def _proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """`X-Forwarded-Proto` (meaning `X-Forwarded-Proto: https`) or `Header: value` into
+    Django's (META key, value). Set it only when a proxy in front always sets that header."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    header, _, value = raw.replace("=", ":", 1).partition(":")
+    header, value = header.strip(), value.strip() or "https"
+    if not header or not all(c.isalnum() or c == "-" for c in header):
+        raise ImproperlyConfigured(f"{name} must be a header name like X-Forwarded-Proto, got {raw!r}")
+    return "HTTP_" + header.upper().replace("-", "_"), value
+
+
+PUBLIC_ORIGIN, _PUBLIC_HOST = _public_origin(AGENVOY_PUBLIC_URL)
+if _PUBLIC_HOST not in ALLOWED_HOSTS and "*" not in ALLOWED_HOSTS:
+    ALLOWED_HOSTS.append(_PUBLIC_HOST)
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", PUBLIC_ORIGIN).split(",") if o.strip()
+]
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if not _origin.startswith(("http://", "https://")):
+        raise ImproperlyConfigured(
+            f"DJANGO_CSRF_TRUSTED_ORIGINS entries must start with http:// or https://, got {_origin!r}"
+        )
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header("DJANGO_SECURE_PROXY_SSL_HEADER")
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = AGENVOY_PUBLIC_URL.startswith("https://")
+
 AGENVOY_HOME = Path(os.path.expanduser(os.environ.get("AGENVOY_HOME", "~/.config/agenvoy"))).resolve()
 AGENVOY_POLL_SECONDS = _seconds("AGENVOY_POLL_SECONDS", 60)
 AGENVOY_LIST_TIMEOUT = _seconds("AGENVOY_LIST_TIMEOUT", 30)
