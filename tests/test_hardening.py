@@ -261,3 +261,76 @@ def test_it_works_behind_a_tls_proxy_that_sets_the_forwarded_proto(tmp_path):
         assert sign_in(proxied=False).status_code == 403
     finally:
         c.close()
+
+
+# --- an oversized HTTP message ------------------------------------------------------------------
+
+
+def test_it_ends_a_call_whose_http_answer_is_over_the_bound_and_keeps_the_session(monkeypatch):
+    import subprocess
+
+    import httpx2
+
+    from mcpcore.supervisor import transport
+    from tests.live import free_port, wait_until
+
+    monkeypatch.setattr(stdio, "MAX_MESSAGE", 2**20)
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(SERVERS / "huge.py")],
+        env={**os.environ, "HUGE_PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def up():
+        try:
+            return httpx2.get(f"http://127.0.0.1:{port}/mcp", timeout=1) is not None
+        except httpx2.HTTPError:
+            return False
+
+    async def scenario():
+        target = transport.make_target({"url": f"http://127.0.0.1:{port}/mcp"}, "streamable-http", None)
+        with anyio.fail_after(60):
+            async with Client(target, mode="auto") as client:
+                with pytest.raises(MCPError) as caught:
+                    await client.call_tool("text", {"n": 3 * 2**20})
+                assert "1048576" in str(caught.value) or "1 MiB" in str(caught.value), str(caught.value)
+                result = await client.call_tool("echo", {"text": "still here"})
+                assert result.content[0].text == "still here"
+
+    try:
+        wait_until(up, 30, what="huge.py over HTTP")
+        asyncio.run(scenario())
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+def test_it_refuses_a_json_answer_over_the_bound_as_it_streams_in():
+    import httpx2
+
+    from mcpcore.supervisor import transport
+
+    sent = []
+
+    def handler(request):
+        async def body():
+            for _ in range(100):
+                sent.append(1)
+                yield b"x" * 65536
+
+        return httpx2.Response(200, headers={"content-type": "application/json"}, content=body())
+
+    async def scenario():
+        bounded = transport._Bounded(httpx2.MockTransport(handler))
+        async with httpx2.AsyncClient(transport=bounded) as http:
+            async with http.stream("POST", "http://srv/mcp") as response:
+                with pytest.raises(transport.MessageTooLarge):
+                    await response.aread()
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(stdio, "MAX_MESSAGE", 2**20):
+        asyncio.run(scenario())
+    assert len(sent) <= 17  # stopped reading just past 1 MiB, not all 6.4 MB

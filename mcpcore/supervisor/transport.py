@@ -12,6 +12,7 @@ from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from . import stdio
 from .stdio import stdio_transport
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -132,8 +133,54 @@ def make_target(config: dict, transport: str, errlog: IO[str], tag: str = ""):
     headers = expanded_headers(config)
     if transport == "sse":
         return sse_client(url, headers=headers)
-    client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=None))
+    client = httpx2.AsyncClient(
+        headers=headers,
+        timeout=httpx2.Timeout(30.0, read=None),
+        transport=_Bounded(httpx2.AsyncHTTPTransport()),
+    )
     return _OwnedHttp(url, client)
+
+
+class MessageTooLarge(httpx2.StreamError):
+    """An HTTP answer over the bound; the SDK turns it into an error for that request."""
+
+
+class _Bounded(httpx2.AsyncBaseTransport):
+    """Caps each JSON answer at `stdio.MAX_MESSAGE` bytes as it streams in (SSE streams are
+    capped per event by the SDK), so a server can't make the console buffer without bound."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self.inner = inner
+
+    async def handle_async_request(self, request):
+        response = await self.inner.handle_async_request(request)
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            response.stream = _BoundedStream(response.stream, stdio.MAX_MESSAGE)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _BoundedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner, limit: int) -> None:
+        self.inner = inner
+        self.limit = limit
+
+    async def __aiter__(self):
+        size = 0
+        async for chunk in self.inner:
+            size += len(chunk)
+            if size > self.limit:
+                raise MessageTooLarge(
+                    f"the server's answer is over the {self.limit // 2**20} MiB limit and was dropped"
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        close = getattr(self.inner, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class _OwnedHttp:
@@ -145,7 +192,10 @@ class _OwnedHttp:
         self._cm = None
 
     async def __aenter__(self):
-        self._cm = streamable_http_client(self.url, http_client=self.client)
+        # One SSE event (one message) may be as large as a stdio line, and no larger.
+        self._cm = streamable_http_client(
+            self.url, http_client=self.client, max_sse_event_size=stdio.MAX_MESSAGE
+        )
         return await self._cm.__aenter__()
 
     async def __aexit__(self, *exc):
