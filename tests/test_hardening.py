@@ -91,6 +91,19 @@ def test_it_ends_a_call_whose_answer_is_over_the_bound_and_keeps_the_session(mon
         (b'{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"' + b"x" * 5000 + b'"}]}}', 7),
         (b'{"result":{"text":"' + b"x" * 5000 + b'","id":1},"jsonrpc":"2.0","id":"abc"}', "abc"),
         (b'{"jsonrpc":"2.0","result":{"text":"\\"id\\": 9, ' + b"x" * 5000 + b'"}}', None),
+        (
+            b'{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage","params":{"p":"'
+            + b"x" * 5000
+            + b'"}}',
+            None,
+        ),
+        (
+            b'{"jsonrpc":"2.0","method":"notifications/message","params":{"id":4,"p":"'
+            + b"x" * 5000
+            + b'"}}',
+            None,
+        ),
+        (b'{"jsonrpc":"2.0","id":5,"error":{"code":1,"message":"' + b"x" * 5000 + b'"}}', 5),
     ],
 )
 def test_it_finds_the_id_of_a_dropped_line_only_where_the_message_carries_it(line, request_id):

@@ -28,8 +28,11 @@ MAX_MESSAGE = 64 * 2**20  # bytes: a longer line is dropped, and its request end
 EXIT_GRACE = 2.0
 _EDGE = 4096  # bytes kept from each end of a dropped line, to find its id
 _ID_VALUE = rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")'
-# Anchored, so an "id" inside the result's content can't be taken for the message's own.
-_ID_FIRST = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?' + _ID_VALUE)
+# Anchored, so an "id" inside the result's content can't be taken for the message's own, and
+# only a response counts (a server's own request has an id of the server's id space).
+_RESPONSE_START = re.compile(
+    rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?(?:' + _ID_VALUE + rb'\s*,\s*)?"(?:result|error)"\s*:'
+)
 _ID_LAST = re.compile(_ID_VALUE + rb"\s*\}\s*$")
 
 
@@ -37,9 +40,12 @@ def too_long_error(head: bytes, tail: bytes, size: int, limit: int) -> SessionMe
     """What the session gets for a dropped line: an error answer to the request whose id the
     line carries (serializers put `id` first or last), else an exception it logs."""
     text = f"the server's message of {size} bytes is over the {limit // 2**20} MiB limit and was dropped"
-    found = _ID_FIRST.search(head) or _ID_LAST.search(tail)
+    start = _RESPONSE_START.search(head)
+    found = None
+    if start is not None:
+        found = start if start.group(1) else _ID_LAST.search(tail)
     if found is None:
-        log.warning("server wrote a line of %d bytes without an id; dropped", size)
+        log.warning("server wrote a line of %d bytes that is not a response we can name; dropped", size)
         return ValueError(text)
     raw = found.group(1)
     request_id = int(raw) if raw[:1] != b'"' else json_string(raw)
