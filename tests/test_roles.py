@@ -341,3 +341,13 @@ def test_it_shows_the_role_select_and_each_tokens_role_on_the_tokens_page(signed
     assert ApiToken.objects.get(name="plain").role == "agent"
     r = signed_in.post("/tokens/create/", {"name": "root", "role": "root"})
     assert r.status_code == 400 and not ApiToken.objects.filter(name="root").exists()
+
+
+def test_it_authenticates_a_bearer_header_value_for_other_endpoints(tokens):
+    token, secret = tokens["approver"]
+    assert auth.authenticate(f"Bearer {secret}") == token
+    assert auth.authenticate(f"bearer  {secret} ") == token
+    for value in ("", "Bearer", f"Basic {secret}", secret, f"Bearer {token.token_hash}"):
+        assert auth.authenticate(value) is None
+    calls.revoke_token(token.pk)
+    assert auth.authenticate(f"Bearer {secret}") is None
