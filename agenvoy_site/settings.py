@@ -7,13 +7,25 @@ ImproperlyConfigured naming the variable.
 import os
 import secrets
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("AGENVOY_DATA_DIR", BASE_DIR / "data"))
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+if not DATA_DIR.is_dir():
+    # It holds the database and the secret key: owner only (SPEC 12.3).
+    DATA_DIR.parent.mkdir(parents=True, exist_ok=True)
+    DATA_DIR.mkdir(mode=0o700, exist_ok=True)
+
+
+def _private_file(path: Path) -> Path:
+    """Create `path` empty and 0600 if it is missing, so what fills it later (SQLite, and
+    SQLite's -wal/-shm files, which copy the database's mode) is owner-only too."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    return path
 
 
 def _seconds(name: str, default: float) -> float:
@@ -61,8 +73,8 @@ def _secret_key() -> str:
     path = DATA_DIR / "secret_key"
     if not path.exists():
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(secrets.token_urlsafe(50))
-        tmp.chmod(0o600)
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(secrets.token_urlsafe(50))
         os.replace(tmp, path)
     return path.read_text().strip()
 
@@ -72,6 +84,52 @@ DEBUG = _bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()
 ]
+
+# --- behind a TLS proxy (docs/deploy.md) -------------------------------------------------------
+# The console's address as people reach it (SPEC 15); https there means secure cookies.
+AGENVOY_PUBLIC_URL = os.environ.get("AGENVOY_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+
+
+def _public_origin(url: str) -> tuple[str, str]:
+    """(origin, host) of AGENVOY_PUBLIC_URL; anything but an http(s) address stops start-up."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ImproperlyConfigured(f"AGENVOY_PUBLIC_URL must be an http:// or https:// address, got {url!r}")
+    return f"{parts.scheme}://{parts.netloc}", parts.hostname
+
+
+def _proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """`X-Forwarded-Proto` (meaning `X-Forwarded-Proto: https`) or `Header: value` into
+    Django's (META key, value). Set it only when a proxy in front always sets that header."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    header, _, value = raw.replace("=", ":", 1).partition(":")
+    header, value = header.strip(), value.strip() or "https"
+    if not header or not all(c.isalnum() or c == "-" for c in header):
+        raise ImproperlyConfigured(f"{name} must be a header name like X-Forwarded-Proto, got {raw!r}")
+    return "HTTP_" + header.upper().replace("-", "_"), value
+
+
+PUBLIC_ORIGIN, _PUBLIC_HOST = _public_origin(AGENVOY_PUBLIC_URL)
+if _PUBLIC_HOST not in ALLOWED_HOSTS and "*" not in ALLOWED_HOSTS:
+    ALLOWED_HOSTS.append(_PUBLIC_HOST)
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", PUBLIC_ORIGIN).split(",") if o.strip()
+]
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if not _origin.startswith(("http://", "https://")):
+        raise ImproperlyConfigured(
+            f"DJANGO_CSRF_TRUSTED_ORIGINS entries must start with http:// or https://, got {_origin!r}"
+        )
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header("DJANGO_SECURE_PROXY_SSL_HEADER")
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = AGENVOY_PUBLIC_URL.startswith("https://")
 
 AGENVOY_HOME = Path(os.path.expanduser(os.environ.get("AGENVOY_HOME", "~/.config/agenvoy"))).resolve()
 AGENVOY_POLL_SECONDS = _seconds("AGENVOY_POLL_SECONDS", 60)
@@ -84,12 +142,10 @@ AGENVOY_RESULT_CAP = _positive_int("AGENVOY_RESULT_CAP", 1_048_576)
 AGENVOY_HISTORY_MAX_BYTES = _positive_int("AGENVOY_HISTORY_MAX_BYTES", 8 * 1_048_576)
 AGENVOY_LEASE_SECONDS = _seconds("AGENVOY_LEASE_SECONDS", 10)
 AGENVOY_PING_SECONDS = _seconds("AGENVOY_PING_SECONDS", 10)
-AGENVOY_PUBLIC_URL = os.environ.get("AGENVOY_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+# Pending confirmations one token may have at once (SPEC 12.2): one more answers 429.
+AGENVOY_MAX_PENDING = _positive_int("AGENVOY_MAX_PENDING", 100)
 if AGENVOY_CALL_MAX_SECONDS < AGENVOY_CALL_TIMEOUT:
     raise ImproperlyConfigured("AGENVOY_CALL_MAX_SECONDS must not be below AGENVOY_CALL_TIMEOUT")
-AGENVOY_PUBLIC_URL = os.environ.get("AGENVOY_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
-if urlsplit(AGENVOY_PUBLIC_URL).scheme not in ("http", "https") or not urlsplit(AGENVOY_PUBLIC_URL).netloc:
-    raise ImproperlyConfigured(f"AGENVOY_PUBLIC_URL must be an http(s) URL, got {AGENVOY_PUBLIC_URL!r}")
 
 
 def _scale(name: str) -> float:
@@ -165,7 +221,7 @@ def _database() -> dict:
     if not url:
         config = {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": DATA_DIR / "db.sqlite3",
+            "NAME": _private_file(DATA_DIR / "db.sqlite3"),
             "TEST": {"NAME": DATA_DIR / "test_db.sqlite3"},
         }
     else:

@@ -72,7 +72,7 @@ async def tool_time(n: int = 200) -> float:
 async def measure(con) -> tuple[list, list, float]:
     tool = await tool_time()
     latencies, answers = [], []
-    async with async_http(con, 2) as agent, async_http(con, 2) as person:
+    async with async_http(con, 2) as agent, async_http(con, 2, con.approver_token) as person:
         await one(agent, person)  # warm-up
         for _ in range(APPROVALS):
             total, answered = await one(agent, person)

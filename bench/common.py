@@ -113,13 +113,16 @@ async def direct_client(script: Path = ECHO, *args: str, env: dict | None = None
             yield client
 
 
-def async_http(con: Console, connections: int = 4):
-    """A keep-alive async HTTP client (httpx2) with the console's token."""
+def async_http(con: Console, connections: int = 4, token: str | None = None):
+    """A keep-alive async HTTP client (httpx2) with the console's (admin) token, or `token`."""
     import httpx2
 
     limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
     return httpx2.AsyncClient(
-        base_url=con.url, limits=limits, timeout=120, headers={"Authorization": f"Bearer {con.token}"}
+        base_url=con.url,
+        limits=limits,
+        timeout=120,
+        headers={"Authorization": f"Bearer {token or con.token}"},
     )
 
 

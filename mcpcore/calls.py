@@ -80,8 +80,12 @@ def rule_for(tool_name: str, arguments: dict) -> tuple[str, str] | None:
     return (rule.decision, rule.text) if rule is not None else None
 
 
-def session_allowed(session_id: str) -> bool:
-    return SessionAllowance.objects.filter(session_id=session_id, revoked_at__isnull=True).exists()
+def session_allowed(token: ApiToken | None, session_id: str) -> bool:
+    """Whether "approve for session" is in force for this token and session id (SPEC 12.2):
+    another token sending the same session id gets nothing."""
+    return SessionAllowance.objects.filter(
+        session_id=session_id, token=token, revoked_at__isnull=True
+    ).exists()
 
 
 def create(
@@ -136,7 +140,7 @@ def create(
     decision = gate.decide(
         norm,
         lambda: allowed(tool.registered_name),
-        lambda: session_allowed(session_id),
+        lambda: session_allowed(token, session_id),
         rule=lambda: rule_for(tool.registered_name, arguments),
         changed=changed,
     )
@@ -165,11 +169,28 @@ def create(
         if worker:
             call.started_at, call.worker, call.attempts = now, worker, 1
     else:
+        _limit_pending(token)
         call.status = "pending"
         call.confirm_id = uuid.uuid4()
         call.expires_at = now + datetime.timedelta(seconds=settings.AGENVOY_CONFIRM_TIMEOUT)
     call.save()
+    if call.status == "pending" and token is not None and not _still_live(token):
+        # Revoked between this request's auth and now: revoke_token's sweep may have missed it.
+        finish(call.id, "cancelled", TOKEN_REVOKED, decided_at=timezone.now())
+        call.refresh_from_db()
     return call
+
+
+def _still_live(token: ApiToken) -> bool:
+    return ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).exists()
+
+
+def _limit_pending(token: ApiToken | None) -> None:
+    """At most AGENVOY_MAX_PENDING pending confirmations per token (SPEC 12.2)."""
+    if token is not None and (
+        ToolCall.objects.filter(token=token, status="pending").count() >= settings.AGENVOY_MAX_PENDING
+    ):
+        raise CallError("too many pending confirmations for this token", 429)
 
 
 def owner_channel(server_name: str) -> str | None:
@@ -215,8 +236,11 @@ class ReplyError(CallError):
     pass
 
 
-def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
-    """Apply a person's reply to a pending confirmation (SPEC 5); returns the updated call."""
+def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None) -> ToolCall:
+    """Apply a person's reply to a pending confirmation (SPEC 5); returns the updated call.
+
+    `authorize(call)`, when given, runs once the confirmation is found and raises to refuse
+    the replier (the `/v1` token rights, SPEC 12.1), before the 410 of a decided call."""
     try:
         cid = uuid.UUID(str(confirm_id))
     except ValueError:
@@ -224,6 +248,8 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
     call = ToolCall.objects.filter(confirm_id=cid, session_id=session_id).first()
     if call is None:
         raise ReplyError("confirmation not found", 404)
+    if authorize is not None:
+        authorize(call)
     for key in ("approve", "remember", "allow_turn", "abort"):
         if key in body and not isinstance(body[key], bool):
             raise ReplyError(f"{key} must be true or false", 400)
@@ -256,7 +282,8 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str) -> ToolCall:
             else:
                 changed = pending.update(status="running", decision=decision, **decided)
             if changed and body.get("allow_turn"):
-                SessionAllowance.objects.create(session_id=session_id, token=call.token, granted_by=who)
+                # Bound to the token that made the call (SPEC 12.2), not to whoever replied.
+                SessionAllowance.objects.create(session_id=session_id, token_id=call.token_id, granted_by=who)
             if changed and prompt and body.get("remember"):
                 remember_permission(call.token, call.tool_name, who)
         if changed and body.get("remember") and not prompt:
@@ -440,6 +467,7 @@ def create_permission_prompt(
         call.status, call.decision, call.decided_at, call.ended_at = "done", decision, now, now
         call.result = json.dumps(_allow(call))
     else:
+        _limit_pending(token)
         call.status = "pending"
         call.confirm_id = uuid.uuid4()
         call.expires_at = now + datetime.timedelta(seconds=settings.AGENVOY_CONFIRM_TIMEOUT)
@@ -483,3 +511,22 @@ def _granted(token: ApiToken, tool_name: str) -> bool:
 
 def _allow(call: ToolCall) -> dict:
     return {"behavior": "allow", "updatedInput": call.arguments}
+
+
+# --- token revocation (SPEC 12.2) ---------------------------------------------------------------
+
+TOKEN_REVOKED = "token revoked"
+
+
+def revoke_token(token_id: int) -> tuple[bool, list[str]]:
+    """Revoke a token: its next request gets 401, its session allowances end, and its pending
+    confirmations end `cancelled` (result `token revoked`). Returns whether this revoked it
+    and the ids of the calls it ended (to announce)."""
+    now = timezone.now()
+    with transaction.atomic():
+        if not ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).update(revoked_at=now):
+            return False, []
+        SessionAllowance.objects.filter(token_id=token_id, revoked_at__isnull=True).update(revoked_at=now)
+    pending = ToolCall.objects.filter(token_id=token_id, status="pending").values_list("id", flat=True)
+    ended = [str(cid) for cid in pending if finish(cid, "cancelled", TOKEN_REVOKED, decided_at=now)]
+    return True, ended

@@ -38,11 +38,29 @@ def path_of(name: str) -> Path:
     return home() / name
 
 
+def private_dir(folder: Path) -> Path:
+    """Make `folder` (and its missing parents) if needed; one the console creates is 0700
+    (SPEC 12.3): it holds secrets. An existing folder's mode is the operator's choice."""
+    if not folder.is_dir():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+    return folder
+
+
+def open_private(path: Path, mode: str = "a", **kwargs):
+    """`open(path, mode)` for a file that, when created, is readable by the owner only."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC)
+    return open(os.open(path, flags, 0o600), mode, **kwargs)
+
+
 @contextmanager
 def locked(path: Path) -> Iterator[None]:
     """Advisory lock (`flock` on `<file>.lock` beside it) held across read-modify-write, so two
     writers (two consoles, or the console and the Agenvoy CLI) never lose each other's update."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -53,8 +71,9 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def atomic_write(path: Path, text: str, mode: int = 0o600) -> None:
-    """Temp file in the same folder, fsync, rename: readers see the old or the new file whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Temp file in the same folder, fsync, rename: readers see the old or the new file whole.
+    A new file is 0600; a file that exists keeps its mode."""
+    private_dir(path.parent)
     if path.exists():
         mode = path.stat().st_mode & 0o777
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -7,7 +7,7 @@ import json
 from django import forms
 
 from . import files, names, serverconfig
-from .models import SECRET_MASK, ToolCall
+from .models import SECRET_MASK, ApiToken, ToolCall
 
 TRANSPORT_CHOICES = [
     ("stdio", "stdio (a command)"),
@@ -188,6 +188,8 @@ def servers_from_json(raw: bytes | str) -> dict[str, dict]:
 
 class TokenForm(forms.Form):
     name = forms.CharField(max_length=100)
+    # Left out (an old form, a script), a new token gets the least rights: agent.
+    role = forms.ChoiceField(choices=ApiToken.ROLES, initial=ApiToken.AGENT, required=False, label="Role")
     may_auto = forms.BooleanField(required=False, initial=True, label="May use auto mode")
 
 

@@ -119,8 +119,30 @@ def mask_config(config: dict) -> dict:
     return out
 
 
+SECRETS_REENTER = "secret values must be entered again when the server's command or url changes"
+
+
+class SecretsMustBeReentered(ValueError):
+    """A posted mask for a server whose command or url changed (SPEC 12.3)."""
+
+
+def _where(config: dict | None) -> tuple[str, str]:
+    config = config or {}
+    return tuple(str(config.get(key) or "").strip() for key in ("command", "url"))
+
+
 def unmask_config(new: dict, old: dict | None) -> dict:
-    """Posting the mask back keeps the stored secret value."""
+    """Posting the mask back keeps the stored secret value, but only while the server's
+    `command` and `url` stay as stored: else a stored token could be sent to a new place."""
+    posts_mask = any(
+        v == SECRET_MASK
+        for key in ("env", "headers")
+        if isinstance(new.get(key), dict)
+        for v in new[key].values()
+    )
+    # A new server has nothing stored to keep: its masked values simply become empty.
+    if posts_mask and old is not None and _where(new) != _where(old):
+        raise SecretsMustBeReentered(SECRETS_REENTER)
     out = dict(new)
     for key in ("env", "headers"):
         values = out.get(key)
@@ -185,9 +207,14 @@ class AllowEntry(models.Model):
 
 
 class ApiToken(models.Model):
-    """A bearer token for `/v1`. Only its SHA-256 is stored; the token is shown once."""
+    """A bearer token for `/v1`. Only its SHA-256 is stored; the token is shown once. Its role
+    (SPEC 12) is fixed when it is made: a party that needs other rights gets a new token."""
+
+    AGENT, APPROVER, ADMIN = "agent", "approver", "admin"
+    ROLES = [(AGENT, "Agent"), (APPROVER, "Approver"), (ADMIN, "Admin")]
 
     name = models.CharField(max_length=100)
+    role = models.CharField(max_length=10, choices=ROLES, default=AGENT)
     token_hash = models.CharField(max_length=64, unique=True)
     hint = models.CharField(max_length=12, default="")
     may_auto = models.BooleanField(default=True)
@@ -206,10 +233,14 @@ class ApiToken(models.Model):
         return hashlib.sha256(token.encode()).hexdigest()
 
     @classmethod
-    def issue(cls, name: str, may_auto: bool = True) -> tuple["ApiToken", str]:
+    def issue(cls, name: str, may_auto: bool = True, role: str = AGENT) -> tuple["ApiToken", str]:
         """Create a token; returns the row and the clear token, which is never stored."""
+        if role not in dict(cls.ROLES):
+            raise ValueError(f"unknown role: {role}")
         token = "agv_" + secrets.token_urlsafe(32)
-        row = cls.objects.create(name=name, token_hash=cls.hash(token), hint=token[:8], may_auto=may_auto)
+        row = cls.objects.create(
+            name=name, token_hash=cls.hash(token), hint=token[:8], may_auto=may_auto, role=role
+        )
         return row, token
 
     @property
@@ -345,8 +376,9 @@ class ToolCall(models.Model):
 
 
 class SessionAllowance(models.Model):
-    """ "Approve for this session": every tool called with this session id runs without asking
-    until the allowance is revoked."""
+    """ "Approve for this session": every tool called with this session id by this token runs
+    without asking until the allowance is revoked (SPEC 12.2). Another token sending the same
+    session id gets nothing; `token` is empty for the console's own (browser) calls."""
 
     session_id = models.CharField(max_length=200, db_index=True)
     token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.CASCADE)

@@ -2,7 +2,7 @@
 and imports. Writes go through the locked writer; the supervisors are told afterwards."""
 
 from . import control, files
-from .models import unmask_config
+from .models import SecretsMustBeReentered, unmask_config
 
 KNOWN_KEYS = {"command", "args", "env", "url", "headers", "type", "disabled", "timeout"}
 
@@ -45,8 +45,8 @@ def clean_config(config: dict) -> dict:
 
 
 def save(name: str, config: dict, creating: bool | None = None) -> None:
-    """Write one server: posted `********` values keep the stored secret, keys written by
-    others on that server survive. `creating` True/False insists the server is new/exists."""
+    """Write one server: posted `********` values keep the stored secret (while its command and
+    url stay the same: ServerConfigError otherwise), keys written by others on that server survive. `creating` True/False insists the server is new/exists."""
 
     def mutate(servers: dict) -> None:
         old = servers.get(name)
@@ -54,7 +54,10 @@ def save(name: str, config: dict, creating: bool | None = None) -> None:
             raise files.ConfigFileError(f"a server named {name} already exists")
         if creating is False and old is None:
             raise files.ConfigFileError(f"server {name} is no longer in mcp.json")
-        merged = unmask_config(config, old)
+        try:
+            merged = unmask_config(config, old)
+        except SecretsMustBeReentered as exc:
+            raise ServerConfigError(str(exc)) from None  # raised under the lock: nothing written
         if isinstance(old, dict):
             merged = {**{k: v for k, v in old.items() if k not in KNOWN_KEYS}, **merged}
         servers[name] = merged

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.staticfiles import finders
+from django.core.exceptions import SuspiciousFileOperation
 
 
 class StaticFiles:
@@ -33,13 +34,41 @@ class StaticFiles:
         await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
 
     def _find(self, rel: str) -> tuple[bytes, str] | None:
-        if rel not in self._cache:
-            path = finders.find(rel) if ".." not in Path(rel).parts else None
-            if not path:
-                self._cache[rel] = None
-            else:
-                ctype = mimetypes.guess_type(path)[0] or "application/octet-stream"
-                if ctype.startswith("text/") or ctype == "application/javascript":
-                    ctype += "; charset=utf-8"
-                self._cache[rel] = (Path(path).read_bytes(), ctype)
+        """The file and its type, or None. Only files found are cached: remembering misses
+        would let anyone grow the cache without bound with made-up paths."""
+        if rel in self._cache:
+            return self._cache[rel]
+        path = _lookup(rel)
+        if path is None:
+            return None
+        ctype = mimetypes.guess_type(path)[0] or "application/octet-stream"
+        if ctype.startswith("text/") or ctype == "application/javascript":
+            ctype += "; charset=utf-8"
+        try:
+            self._cache[rel] = (Path(path).read_bytes(), ctype)
+        except OSError:
+            return None
         return self._cache[rel]
+
+
+def _lookup(rel: str) -> str | None:
+    """The finders' file for a relative static path; None for a path that is absolute, climbs
+    out, or is not a plain relative name (the finders raise on some of those)."""
+    parts = Path(rel).parts
+    if (
+        not rel
+        or len(rel) > 1024
+        or rel.startswith("/")
+        or "\\" in rel
+        or "\x00" in rel
+        or ".." in parts
+        or any(p.startswith("/") for p in parts)
+    ):
+        return None
+    try:
+        found = finders.find(rel)
+    except (SuspiciousFileOperation, ValueError, OSError):
+        return None
+    if isinstance(found, list):  # find(all=True) shape, not used here, but be strict
+        found = found[0] if found else None
+    return found if found and Path(found).is_file() else None

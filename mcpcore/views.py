@@ -285,7 +285,7 @@ def server_add(request: HttpRequest) -> HttpResponse:
         name = form.cleaned_data["name"]
         try:
             serverconfig.save(name, form.config, creating=True)
-        except files.ConfigFileError as exc:
+        except (files.ConfigFileError, serverconfig.ServerConfigError) as exc:
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"Added {name}; it is connecting.")
@@ -307,7 +307,7 @@ def server_edit(request: HttpRequest, name: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             serverconfig.save(server.name, form.config, creating=False)
-        except files.ConfigFileError as exc:
+        except (files.ConfigFileError, serverconfig.ServerConfigError) as exc:
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"Saved {server.name}.")
@@ -482,7 +482,8 @@ def tool_try(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _allowances() -> list[SessionAllowance]:
-    return list(SessionAllowance.objects.filter(revoked_at__isnull=True).order_by("-created_at")[:200])
+    rows = SessionAllowance.objects.filter(revoked_at__isnull=True).select_related("token")
+    return list(rows.order_by("-created_at")[:200])
 
 
 @login_required
@@ -698,7 +699,8 @@ def token_create(request: HttpRequest) -> HttpResponse:
     form = TokenForm(request.POST)
     if not form.is_valid():
         return _tokens_page(request, form, None, status=400)
-    row, token = ApiToken.issue(form.cleaned_data["name"].strip(), form.cleaned_data["may_auto"])
+    data = form.cleaned_data
+    row, token = ApiToken.issue(data["name"].strip(), data["may_auto"], data["role"] or ApiToken.AGENT)
     return _tokens_page(request, TokenForm(), {"row": row, "token": token, "config": client_config(token)})
 
 
@@ -706,8 +708,13 @@ def token_create(request: HttpRequest) -> HttpResponse:
 @require_POST
 def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     row = get_object_or_404(ApiToken, pk=pk)
-    if ApiToken.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
-        messages.success(request, f"Revoked token {row.name}.")
+    revoked, ended = calls.revoke_token(row.pk)
+    for call_id in ended:
+        # Open Pending pages drop them live; anyone waiting on them wakes up.
+        async_to_sync(calls.announce)(call_id)
+    if revoked:
+        extra = f" and cancelled its {len(ended)} pending call(s)" if ended else ""
+        messages.success(request, f"Revoked token {row.name}{extra}.")
     if request.htmx:
         return _fragment(request, "mcpcore/token_list.html#token-list", {"tokens": _token_rows()})
     return redirect("tokens")

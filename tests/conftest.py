@@ -26,9 +26,10 @@ def agenvoy_home(settings, tmp_path) -> Path:
 
 @pytest.fixture
 def api_token(db) -> str:
+    """An admin token: the tests of the routes themselves run with every right (SPEC 12)."""
     from mcpcore.models import ApiToken
 
-    _, token = ApiToken.issue("test")
+    _, token = ApiToken.issue("test", role=ApiToken.ADMIN)
     return token
 
 

@@ -98,6 +98,11 @@ class Console:
         self.http = httpx2.Client(
             base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {self.token}"}
         )
+        # Replies come from another token: no token may answer its own call (SPEC 12.1).
+        self.approver_token = self._insert_token("tests-approver", "approver")
+        self.approver = httpx2.Client(
+            base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {self.approver_token}"}
+        )
 
     def _fresh_database(self) -> None:
         """A copy of a database migrated once per test run: migrate costs seconds a console."""
@@ -115,21 +120,27 @@ class Console:
             _TEMPLATE = folder / "db.sqlite3"
         shutil.copyfile(_TEMPLATE, self.data / "db.sqlite3")
 
-    def _insert_token(self, name: str) -> str:
-        """What `create_token` does, without starting Python again: only the hash is stored."""
+    def _insert_token(self, name: str, role: str = "admin", may_auto: bool = True) -> str:
+        """What `create_token` does, without starting Python again: only the hash is stored.
+        The console's own token (`self.token`) is an admin; tests make agents and approvers."""
         token = "agv_" + secrets.token_urlsafe(32)
         conn = sqlite3.connect(self.data / "db.sqlite3")
         with conn:
             conn.execute(
-                "insert into mcpcore_apitoken (name, token_hash, hint, may_auto, created_at)"
-                " values (?, ?, ?, 1, datetime('now'))",
-                (name, hashlib.sha256(token.encode()).hexdigest(), token[:8]),
+                "insert into mcpcore_apitoken (name, role, token_hash, hint, may_auto, created_at)"
+                " values (?, ?, ?, ?, ?, datetime('now'))",
+                (name, role, hashlib.sha256(token.encode()).hexdigest(), token[:8], int(may_auto)),
             )
         conn.close()
         return token
 
     def manage(self, *args: str) -> str:
         return manage(self.env, *args)
+
+    def client_for(self, role: str, name: str | None = None, may_auto: bool = True) -> "httpx2.Client":
+        """An HTTP client carrying a new token of `role` (the caller closes it)."""
+        token = self._insert_token(name or f"{role}-{secrets.token_hex(3)}", role, may_auto)
+        return httpx2.Client(base_url=self.url, timeout=120, headers={"Authorization": f"Bearer {token}"})
 
     def start(self) -> "Console":
         self.log = open(self.base / f"serve-{self.port}.log", "ab")
@@ -173,6 +184,7 @@ class Console:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.http.close()
+        self.approver.close()
 
     # --- API helpers ---------------------------------------------------------------------------
 
@@ -198,6 +210,10 @@ class Console:
             )
 
         return wait_until(ok, timeout, 0.1, what=f"{names} connected")
+
+    def reply(self, session_id: str, confirm_id: str, body: dict | None = None):
+        """Reply to a confirmation as a person's script would: with the approver token."""
+        return self.approver.post(f"/v1/session/{session_id}/confirm/{confirm_id}", json=body or {})
 
     def call(self, name: str, arguments: dict | None = None, **extra):
         body = {"name": name, "arguments": arguments or {}, **extra}

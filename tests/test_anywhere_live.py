@@ -56,11 +56,7 @@ def test_it_delays_no_call_while_a_webhook_receiver_hangs(tmp_path):
         second, took = timed(lambda: c.call("mcp__echo__echo", {"text": "two"}, wait=0))
         assert second.status_code == 202 and took < 2, took
         body = first.json()
-        r, took = timed(
-            lambda: c.post(
-                f"/v1/session/{body['session_id']}/confirm/{body['confirm_id']}", {"approve": True}
-            )
-        )
+        r, took = timed(lambda: c.reply(body["session_id"], body["confirm_id"], {"approve": True}))
         assert r.status_code == 200 and took < 2, took
         r = c.get(f"/v1/mcp/calls/{body['call_id']}", wait=10)
         assert r.json()["status"] == "done"

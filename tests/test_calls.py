@@ -38,7 +38,7 @@ def start_pending(c, name="mcp__every__get-sum", args=None, **extra):
 
 
 def confirm(c, body, **reply):
-    return c.post(f"/v1/session/{body['session_id']}/confirm/{body['confirm_id']}", reply)
+    return c.reply(body["session_id"], body["confirm_id"], reply)
 
 
 def test_it_returns_an_image_as_a_data_url_that_decodes_to_png(c):
@@ -71,7 +71,7 @@ def test_it_waits_for_approval_then_runs(c):
     assert confirm(c, body, approve=True).json() == {"ok": True}
     done = c.get(f"/v1/mcp/calls/{body['call_id']}", wait=10).json()
     assert done["status"] == "done" and "5" in done["result"]
-    assert done["decision"] == "approve" and done["decided_by"] == "token:tests"
+    assert done["decision"] == "approve" and done["decided_by"] == "token:tests-approver"
     assert body["confirm_id"] not in pending_ids(c)
     again = confirm(c, body, approve=True)
     assert again.status_code == 410
@@ -102,7 +102,7 @@ def test_it_answers_a_waiting_call_when_approved(c):
     pend = wait_until(
         lambda: [p for p in c.get("/v1/pending").json()["pending"] if p["session_id"] == "waiting-s"], 10
     )
-    c.post(f"/v1/session/waiting-s/confirm/{pend[0]['id']}", {"approve": True})
+    c.reply("waiting-s", pend[0]["id"], {"approve": True})
     t.join(20)
     assert out["r"].status_code == 200 and "42" in out["r"].json()["result"]
 
@@ -225,7 +225,7 @@ def test_it_expires_an_unanswered_confirmation(tmp_path):
         done = c.get(f"/v1/mcp/calls/{body['call_id']}", wait=5).json()
         assert done["status"] == "expired"
         assert done["result"] == "Skipped by user. Reason: confirmation expired"
-        r = c.post(f"/v1/session/{body['session_id']}/confirm/{body['confirm_id']}", {"approve": True})
+        r = c.reply(body["session_id"], body["confirm_id"], {"approve": True})
         assert r.status_code == 410
     finally:
         c.close()

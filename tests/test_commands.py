@@ -26,12 +26,27 @@ def _run(*args) -> str:
 def test_it_prints_a_token_that_authenticates_against_v1():
     token = _run("create_token", "ci-bot").strip()
     assert token and "\n" not in token
-    r = Client().get("/v1/mcp", HTTP_AUTHORIZATION=f"Bearer {token}")
+    r = Client().get("/v1/mcp/status", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert r.status_code == 200
-    assert r.json() == {"servers": {}}
+    assert r.json() == {"servers": []}
     row = ApiToken.objects.get(name="ci-bot")
     assert row.may_auto is True
     assert row.active
+    assert row.role == "agent"  # the default (SPEC 12)
+
+
+@pytest.mark.parametrize("role", ["agent", "approver", "admin"])
+def test_it_makes_a_token_of_the_role_asked_for(role):
+    token = _run("create_token", f"r-{role}", "--role", role).strip()
+    assert ApiToken.objects.get(name=f"r-{role}").role == role
+    r = Client().get("/v1/mcp", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert r.status_code == (200 if role == "admin" else 403)
+
+
+def test_it_refuses_an_unknown_role():
+    with pytest.raises(CommandError):
+        call_command("create_token", "x", "--role", "root")
+    assert not ApiToken.objects.exists()
 
 
 def test_it_stores_only_the_hash_of_the_token():
@@ -58,7 +73,7 @@ def test_it_prints_a_new_token_each_time():
 def test_it_bars_a_no_auto_token_from_auto_mode():
     token = _run("create_token", "careful", "--no-auto").strip()
     assert ApiToken.objects.get(name="careful").may_auto is False
-    assert Client().get("/v1/mcp", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
+    assert Client().get("/v1/mcp/status", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
 
 
 def test_it_needs_a_token_name():

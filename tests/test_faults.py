@@ -576,7 +576,7 @@ def test_kill_9_keeps_pending_calls_and_interrupts_running_ones(console):
     # A pending call survives to be approved and run.
     c.wait_connected("echo", timeout=60)
     first = pending[0]
-    r = c.post(f"/v1/session/{first['session_id']}/confirm/{first['confirm_id']}", {"approve": True})
+    r = c.reply(first["session_id"], first["confirm_id"], {"approve": True})
     assert r.json() == {"ok": True}
     done = c.get(f"/v1/mcp/calls/{first['call_id']}", wait=15).json()
     assert done["status"] == "done" and done["result"] == "pending-0", done

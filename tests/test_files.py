@@ -196,7 +196,9 @@ def test_it_preserves_unknown_keys_through_post_mcp(api, agenvoy_home):
     }
     (agenvoy_home / "mcp.json").write_text(json.dumps(original))
     r = api.post(
-        "/v1/mcp", {"name": "gh", "server": {"command": "uvx", "args": ["b"], "env": {"T": "********"}}}
+        # Same command: the mask keeps the stored secret (SPEC 12.3).
+        "/v1/mcp",
+        {"name": "gh", "server": {"command": "npx", "args": ["b"], "env": {"T": "********"}}},
     )
     assert r.status_code == 200, r.content
     r = api.post("/v1/mcp", {"name": "new", "server": {"command": "echo"}})
@@ -206,7 +208,7 @@ def test_it_preserves_unknown_keys_through_post_mcp(api, agenvoy_home):
     assert data["x-top"] == {"keep": [1, 2, 3]}
     assert data["inputs"] == [{"id": "gh", "type": "promptString"}]
     assert data["servers"]["gh"] == {
-        "command": "uvx",
+        "command": "npx",
         "args": ["b"],
         "env": {"T": "secret"},
         "x-note": "written by the CLI",

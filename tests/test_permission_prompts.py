@@ -361,3 +361,16 @@ def test_it_refuses_a_grant_revoke_without_csrf_or_by_get(agent, signed_in):
     assert signed_in.post("/tokens/grants/99999/revoke/").status_code == 404
     grant.refresh_from_db()
     assert grant.revoked_at is None
+
+
+def test_it_limits_pending_prompts_per_token_like_tool_calls(agent, other, settings):
+    settings.AGENVOY_MAX_PENDING = 2
+    prompt(agent)
+    prompt(agent)
+    with pytest.raises(calls.CallError) as refused:
+        prompt(agent)
+    assert (refused.value.status, refused.value.message) == (
+        429,
+        "too many pending confirmations for this token",
+    )
+    assert prompt(other).status == "pending"

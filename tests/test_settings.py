@@ -24,6 +24,10 @@ BAD = [
     ("AGENVOY_POLL_SECONDS", "0.5"),
     ("AGENVOY_RESULT_CAP", "0"),
     ("AGENVOY_RESULT_CAP", "1.5"),
+    ("AGENVOY_MAX_PENDING", "0"),
+    ("AGENVOY_PUBLIC_URL", "ftp://console.example"),
+    ("DJANGO_SECURE_PROXY_SSL_HEADER", "X Forwarded"),
+    ("DJANGO_CSRF_TRUSTED_ORIGINS", "console.example"),
 ]
 GOOD = {
     "AGENVOY_POLL_SECONDS": "1.5",
@@ -33,6 +37,10 @@ GOOD = {
     "AGENVOY_CONFIRM_TIMEOUT": "2.25",
     "AGENVOY_RESULT_CAP": "1048576",
     "DJANGO_DEBUG": "false",
+    "AGENVOY_MAX_PENDING": "5",
+    "AGENVOY_PUBLIC_URL": "https://console.example/",
+    "DJANGO_SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto",
+    "DJANGO_CSRF_TRUSTED_ORIGINS": "https://console.example,https://other.example:8443",
 }
 
 

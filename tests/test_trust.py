@@ -51,7 +51,7 @@ def trust_tools(c, prefix: str, entries: list[str]):
 
 
 def confirm(c, body, **reply):
-    r = c.post(f"/v1/session/{body['session_id']}/confirm/{body['confirm_id']}", reply)
+    r = c.reply(body["session_id"], body["confirm_id"], reply)
     assert r.status_code == 200, r.text
 
 

@@ -661,7 +661,7 @@ def test_it_revokes_a_session_allowance(signed_in, every):
     r = signed_in.post(f"/pending/allowances/{row.pk}/revoke/", headers={"HX-Request": "true"})
     row.refresh_from_db()
     assert row.revoked_at is not None and "sess-9" not in r.content.decode().split('id="messages"')[0]
-    assert not calls.session_allowed("sess-9")
+    assert not calls.session_allowed(None, "sess-9")
 
 
 def test_it_shows_the_pending_count_badge_on_every_page(signed_in, every):

@@ -1,10 +1,12 @@
-"""Bearer-token auth and JSON plumbing for `/v1` views."""
+"""Bearer-token auth, the rights of each token role, and JSON plumbing for `/v1` views."""
 
 import asyncio
 import functools
 import json
 import logging
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
@@ -12,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from .. import db
-from ..models import ApiToken
+from ..models import ApiToken, ToolCall
 
 log = logging.getLogger("mcpcore.api")
 
@@ -31,8 +33,15 @@ def error(message: str, status: int) -> JsonResponse:
 
 
 def _token_of(request: HttpRequest) -> ApiToken | None:
-    header = request.headers.get("Authorization", "")
-    scheme, _, value = header.partition(" ")
+    return authenticate(request.headers.get("Authorization", ""))
+
+
+def authenticate(authorization_header_value: str) -> ApiToken | None:
+    """The live (not revoked) token named by an `Authorization: Bearer <token>` value, or None.
+
+    Sync (it reads the database): call it from async code through `mcpcore.db.run`. Shared by
+    `/v1` and the console's MCP endpoints, so both accept exactly the same tokens."""
+    scheme, _, value = (authorization_header_value or "").partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         return None
     token = ApiToken.objects.filter(token_hash=ApiToken.hash(value.strip()), revoked_at__isnull=True).first()
@@ -68,8 +77,114 @@ def json_body(request: HttpRequest) -> dict:
     return data
 
 
+# --- rights (SPEC 12.1) ------------------------------------------------------------------------
+
+AGENT, APPROVER, ADMIN = ApiToken.AGENT, ApiToken.APPROVER, ApiToken.ADMIN
+ALL_ROLES = frozenset({AGENT, APPROVER, ADMIN})
+
+
+@dataclass(frozen=True)
+class Right:
+    """Who may use one method of one `/v1` route.
+
+    `roles` may use it at all; the others get 403 `this token may not <denied>`. `calls` says
+    how the route narrows to calls: `read` and `cancel` (a `call_id` in the URL: an agent sees
+    only its own calls, an approver may cancel only its own), `list` (`visible_calls`), `reply`
+    (`reply_refusal`, applied after the confirmation is found)."""
+
+    roles: frozenset = ALL_ROLES
+    denied: str = ""
+    calls: str = ""
+
+
+ANY = Right()
+
+
+def admin_only(what: str) -> Right:
+    return Right(frozenset({ADMIN}), what)
+
+
+_ANY_METHOD = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+# The one table of who may do what, keyed by (URL name, method). A `/v1` route without an
+# entry answers 403 to every token (and fails tests/test_roles.py): add its rule here.
+RIGHTS: dict[tuple[str, str], Right] = {
+    ("api-mcp-tools", "GET"): ANY,
+    ("api-mcp-status", "GET"): ANY,
+    ("api-mcp-instructions", "GET"): ANY,
+    ("api-allowlist", "GET"): ANY,
+    ("api-rules", "GET"): ANY,
+    ("api-mcp-call", "POST"): ANY,
+    ("api-mcp-call-detail", "GET"): Right(calls="read"),
+    ("api-mcp-call-cancel", "POST"): Right(calls="cancel"),
+    ("api-pending", "GET"): Right(calls="list"),
+    ("api-confirm", "POST"): Right(calls="reply"),
+    ("api-mcp", "GET"): admin_only("read server configuration"),
+    ("api-mcp", "POST"): admin_only("change servers"),
+    ("api-mcp-remove", "POST"): admin_only("change servers"),
+    ("api-mcp-reconnect", "POST"): admin_only("reconnect servers"),
+    ("api-allowlist", "POST"): admin_only("change the allow-list"),
+    ("api-rules", "POST"): admin_only("change rules"),
+    # Unknown paths answer 404 to every token (after auth, so they reveal nothing).
+    **{("api-not-found", m): ANY for m in _ANY_METHOD},
+    **{("api-not-found-any", m): ANY for m in _ANY_METHOD},
+}
+
+
+def may_not(what: str) -> ApiError:
+    return ApiError(f"this token may not {what}", 403)
+
+
+def _own(token: ApiToken, owner_id: int | None) -> bool:
+    return owner_id is not None and owner_id == token.pk
+
+
+def _check_call(token: ApiToken, right: Right, call_id: str) -> None:
+    """`read`/`cancel` of a call another token made: 404 for an agent (it can't tell the call
+    exists), 403 for an approver's cancel; an unknown call is left to the view's 404."""
+    try:
+        cid = uuid.UUID(str(call_id))
+    except ValueError:
+        return
+    row = ToolCall.objects.filter(id=cid).values_list("token_id").first()
+    if row is None or _own(token, row[0]) or token.role == ADMIN:
+        return
+    if token.role == AGENT:
+        raise ApiError("call not found", 404)
+    if right.calls == "cancel":
+        raise may_not("cancel other tokens' calls")
+
+
+def _check_right(request: HttpRequest, kwargs: dict) -> None:
+    match = getattr(request, "resolver_match", None)
+    right = RIGHTS.get((match.url_name if match else None, request.method))
+    token = request.api_token
+    if right is None:
+        log.error("no rule in RIGHTS for %s %s", request.method, match.url_name if match else request.path)
+        raise may_not("use this route")
+    if token.role not in right.roles:
+        raise may_not(right.denied)
+    if right.calls in ("read", "cancel"):
+        _check_call(token, right, kwargs.get("call_id", ""))
+
+
+def visible_calls(token: ApiToken, calls):
+    """The calls of a queryset a token may see listed: an agent only its own."""
+    return calls.filter(token=token) if token.role == AGENT else calls
+
+
+def reply_refusal(token: ApiToken, call: ToolCall) -> None:
+    """Raise the 403 for a token that may not reply to this (found) confirmation, in the
+    order of SPEC 12.1: its own call for any role, then any call for an agent."""
+    if _own(token, call.token_id):
+        raise ApiError("a token may not reply to its own call", 403)
+    if token.role == AGENT:
+        raise may_not("reply to confirmations")
+
+
 def api_view(methods: tuple[str, ...]) -> Callable:
-    """Token auth, allowed methods and JSON errors for a `/v1` view (sync or async).
+    """Token auth, allowed methods, the token's rights (RIGHTS) and JSON errors for a `/v1`
+    view (sync or async).
 
     The view gets the token as `request.api_token`; ApiError becomes its JSON answer, and any
     other exception a logged 500 without details (never a traceback in the answer).
@@ -78,7 +193,7 @@ def api_view(methods: tuple[str, ...]) -> Callable:
     def wrap(view: Callable) -> Callable:
         is_async = asyncio.iscoroutinefunction(view)
 
-        def precheck(request: HttpRequest) -> JsonResponse | None:
+        def precheck(request: HttpRequest, kwargs: dict) -> JsonResponse | None:
             token = _token_of(request)
             if token is None:
                 return error("authentication required", 401)
@@ -87,13 +202,17 @@ def api_view(methods: tuple[str, ...]) -> Callable:
                 resp = error("method not allowed", 405)
                 resp["Allow"] = ", ".join(methods)
                 return resp
+            try:
+                _check_right(request, kwargs)
+            except ApiError as exc:
+                return error(exc.message, exc.status)
             return None
 
         if is_async:
 
             @functools.wraps(view)
             async def handler(request: HttpRequest, *args, **kwargs):
-                denied = await db.run(precheck, request)
+                denied = await db.run(precheck, request, kwargs)
                 if denied is not None:
                     return denied
                 try:
@@ -108,7 +227,7 @@ def api_view(methods: tuple[str, ...]) -> Callable:
 
             @functools.wraps(view)
             def handler(request: HttpRequest, *args, **kwargs):
-                denied = precheck(request)
+                denied = precheck(request, kwargs)
                 if denied is not None:
                     return denied
                 try:
@@ -119,6 +238,7 @@ def api_view(methods: tuple[str, ...]) -> Callable:
                     log.exception("unhandled error in %s", request.path)
                     return error("internal error", 500)
 
+        handler.api_methods = methods
         return csrf_exempt(handler)
 
     return wrap

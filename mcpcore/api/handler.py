@@ -4,6 +4,7 @@ The API needs none of sessions, CSRF, messages or auth middleware (a bearer toke
 by each view's decorator), and every sync middleware costs an async-to-thread hop per request.
 """
 
+import asyncio
 from contextlib import closing
 
 from django.conf import settings
@@ -43,8 +44,25 @@ class ApiHandler(ASGIHandler):
         with closing(body_file):
             set_script_prefix(get_script_prefix(scope))
             request, error_response = self.create_request(scope, body_file)
-            response = error_response if request is None else await self.run_get_response(request)
-            await self.send_response(response, send)
+            if request is None:
+                await self.send_response(error_response, send)
+                return
+            # Long polls (`wait=`) watch this and stop when the client has gone away.
+            request.client_gone = asyncio.Event()
+            listener = asyncio.ensure_future(_watch_disconnect(receive, request.client_gone))
+            try:
+                response = await self.run_get_response(request)
+            finally:
+                listener.cancel()
+            if not request.client_gone.is_set():
+                await self.send_response(response, send)
+
+
+async def _watch_disconnect(receive, gone: asyncio.Event) -> None:
+    # After the body, the only message a server sends is http.disconnect.
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
 
 
 class ApiRouter:

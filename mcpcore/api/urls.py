@@ -21,5 +21,5 @@ urlpatterns = [
     path("rules", views.rules_view, name="api-rules"),
     path("<path:rest>", views.not_found, name="api-not-found"),
     # What <path:> can't match ("" and paths with newlines) also answers JSON, after auth.
-    re_path(r"^[\s\S]*\Z", views.not_found),
+    re_path(r"^[\s\S]*\Z", views.not_found, name="api-not-found-any"),
 ]

@@ -6,7 +6,7 @@ from django.http import HttpRequest, JsonResponse
 
 from .. import allowlist, control, db, files, names, serverconfig
 from ..models import Server, Tool, mask_config
-from .auth import ApiError, api_view, json_body
+from .auth import ApiError, api_view, json_body, reply_refusal, visible_calls
 
 
 def _name_from(body: dict) -> str:
@@ -166,10 +166,7 @@ async def mcp_call(request: HttpRequest) -> JsonResponse:
     elif local is not None and call.worker == local.name:
         # Claimed for the supervisor of this process: wait on its task, not the database.
         task = local.start_claimed(call)
-        try:
-            final = await asyncio.wait_for(asyncio.shield(task), wait) if wait > 0 else None
-        except TimeoutError:
-            final = None
+        final = await _until_gone(request, asyncio.shield(task), wait) if wait > 0 else None
         if final is not None:
             for key, value in final.items():
                 setattr(call, key, value)
@@ -178,13 +175,35 @@ async def mcp_call(request: HttpRequest) -> JsonResponse:
             return JsonResponse(call.to_answer(), status=202)
     elif not call.ended:  # a rule's deny has ended it already
         await calls.dispatch(call)
-    return await _call_answer(call.id, wait)
+    return await _call_answer(request, call.id, wait)
 
 
-async def _call_answer(call_id, wait: float, full: bool = False) -> JsonResponse:
+async def _until_gone(request: HttpRequest, awaitable, seconds: float):
+    """`awaitable`'s result, or None after `seconds` or once the client has disconnected
+    (nobody is left to answer: a long poll must not hold its task and channel for nothing).
+    The awaitable is cancelled then; shield it to keep it going."""
+    task = asyncio.ensure_future(awaitable)
+    gone = getattr(request, "client_gone", None)  # set by the ASGI handler; not in test clients
+    waiter = asyncio.ensure_future(gone.wait()) if gone is not None else None
+    try:
+        done, _ = await asyncio.wait(
+            [t for t in (task, waiter) if t], timeout=seconds, return_when="FIRST_COMPLETED"
+        )
+    finally:
+        if waiter is not None:
+            waiter.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    return None
+
+
+async def _call_answer(request: HttpRequest, call_id, wait: float, full: bool = False) -> JsonResponse:
     from .. import calls
 
-    call = await calls.wait_ended(call_id, wait)
+    call = await _until_gone(request, calls.wait_ended(call_id, wait), wait + 5) if wait > 0 else None
+    if call is None:
+        call = await calls.wait_ended(call_id, 0)  # as it is now (the wait ended early)
     if call is None:
         raise ApiError("call not found", 404)
     body = call.to_dict() if full else call.to_answer()
@@ -204,7 +223,7 @@ def _uuid_or_404(value: str, message: str):
 async def mcp_call_detail(request: HttpRequest, call_id: str) -> JsonResponse:
     cid = _uuid_or_404(call_id, "call not found")
     wait = _wait_seconds(request.GET.get("wait"), 0.0)
-    return await _call_answer(cid, wait, full=True)
+    return await _call_answer(request, cid, wait, full=True)
 
 
 @api_view(("POST",))
@@ -227,7 +246,7 @@ async def mcp_call_cancel(request: HttpRequest, call_id: str) -> JsonResponse:
 def pending(request: HttpRequest) -> JsonResponse:
     from ..models import ToolCall
 
-    rows = ToolCall.objects.filter(status="pending").order_by("created_at")
+    rows = visible_calls(request.api_token, ToolCall.objects.filter(status="pending")).order_by("created_at")
     return JsonResponse({"pending": [c.to_pending() for c in rows]})
 
 
@@ -236,8 +255,11 @@ async def confirm(request: HttpRequest, session_id: str, confirm_id: str) -> Jso
     from .. import calls
 
     body = json_body(request)
+    token = request.api_token
     try:
-        call = await db.run(calls.reply, session_id, confirm_id, body, _who(request))
+        call = await db.run(
+            calls.reply, session_id, confirm_id, body, _who(request), lambda c: reply_refusal(token, c)
+        )
     except calls.CallError as exc:
         raise ApiError(exc.message, exc.status) from None
     if call.status == "running":

@@ -8,15 +8,10 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('mcpcore', '0002_drop_filestate_content_hash'),
+        ('mcpcore', '0003_existing_tokens_become_admin'),
     ]
 
     operations = [
-        migrations.AddField(
-            model_name='sessionallowance',
-            name='token',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, to='mcpcore.apitoken'),
-        ),
         migrations.AddField(
             model_name='toolcall',
             name='kind',

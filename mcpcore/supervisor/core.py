@@ -96,9 +96,8 @@ class Supervisor:
     def errlog(self, name: str):
         """Each stdio server's stderr goes to its own log file in the data folder."""
         if name not in self._errlogs:
-            folder = Path(settings.DATA_DIR) / "logs"
-            folder.mkdir(parents=True, exist_ok=True)
-            self._errlogs[name] = open(folder / f"{name}.stderr.log", "a", buffering=1)
+            folder = files.private_dir(Path(settings.DATA_DIR) / "logs")
+            self._errlogs[name] = files.open_private(folder / f"{name}.stderr.log", "a", buffering=1)
         return self._errlogs[name]
 
     @contextlib.asynccontextmanager

@@ -48,8 +48,10 @@ async def run_claimed(sup, call: ToolCall) -> dict | None:
         await calls.announce(call_id, pending=False)
         raise
     except Exception as exc:  # a failure of this call is this call's error, nothing more
-        log.warning("call %s (%s) failed: %s", call_id, call.tool_name, describe(exc))
-        status, text, extra = "error", f"tool error: {describe(exc)}", {"is_error": True}
+        session = sup.sessions.get(call.server_name)
+        problem = session.describe(exc) if session is not None else describe(exc)
+        log.warning("call %s (%s) failed: %s", call_id, call.tool_name, problem)
+        status, text, extra = "error", f"tool error: {problem}", {"is_error": True}
     stored = await db.run(calls.finish, call.id, status, text, **extra)
     await calls.announce(call_id, pending=False)
     return {"status": status, "result": text, **extra} if stored else None

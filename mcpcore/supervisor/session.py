@@ -94,6 +94,12 @@ class ServerSession:
         self._attempt_done: list[asyncio.Future] = []
         self.call_timeout: float | None = None
         self.active_calls = 0
+        # The expanded secret values of the current config, kept out of stored errors and logs.
+        self.secrets: list[str] = []
+
+    def describe(self, exc: BaseException) -> str:
+        """`describe(exc)` with this server's secret values masked (SPEC 12.3)."""
+        return transport.redact(describe(exc), self.secrets)
 
     # --- control from other tasks -----------------------------------------------------------
 
@@ -156,7 +162,7 @@ class ServerSession:
             try:
                 await self._session(server)
             except Exception as exc:  # any failure of this server stays with this server
-                self.error = describe(exc)
+                self.error = self.describe(exc)
                 log.warning("server %s: %s", self.name, self.error)
             finally:
                 self.client = None
@@ -190,6 +196,7 @@ class ServerSession:
         """One session, from connect to loss or stop."""
         errlog = self.sup.errlog(self.name)
         tag = f"{self.sup.name}:{self.name}:{uuid.uuid4().hex[:8]}"
+        self.secrets = transport.secret_values(server.config)
         target = transport.make_target(server.config, server.transport, errlog, tag)
         try:
             await self._connected(server, target)
@@ -248,7 +255,7 @@ class ServerSession:
                 try:
                     await self._register(client)
                 except Exception as exc:
-                    self.error = describe(exc)
+                    self.error = self.describe(exc)
                     log.warning("server %s: tool list failed: %s", self.name, self.error)
                     self._lost.set()
             tg.cancel_scope.cancel()
@@ -269,8 +276,7 @@ class ServerSession:
                 self._lost.set()
                 return
 
-    @staticmethod
-    async def _unanswered(client: Client, timeout: float) -> str:
+    async def _unanswered(self, client: Client, timeout: float) -> str:
         """Why the server did not answer a ping ("" when it did). 2026-07-28 servers answer
         `ping` with "method not found": any answer proves the session alive."""
         from mcp.shared.exceptions import MCPError
@@ -279,9 +285,9 @@ class ServerSession:
             with anyio.fail_after(timeout):
                 await client.send_ping()
         except MCPError as exc:
-            return describe(exc) if exc.error.code in (-32000, -32001) else ""
+            return self.describe(exc) if exc.error.code in (-32000, -32001) else ""
         except Exception as exc:
-            return describe(exc) or "timed out"
+            return self.describe(exc) or "timed out"
         return ""
 
     async def _listen(self, client: Client) -> None:
@@ -297,9 +303,9 @@ class ServerSession:
                     return
                 if _not_supported(exc):
                     # Servers without subscriptions are covered by the poll alone.
-                    log.info("server %s: no listen support (%s); polling only", self.name, describe(exc))
+                    log.info("server %s: no listen support (%s); polling only", self.name, self.describe(exc))
                     return
-                log.info("server %s: listen ended: %s", self.name, describe(exc))
+                log.info("server %s: listen ended: %s", self.name, self.describe(exc))
             await anyio.sleep(1)
             # The stream can end when the server dies: a ping tells loss from a quiet close.
             if await self._unanswered(client, settings.AGENVOY_LIST_TIMEOUT):
@@ -313,7 +319,7 @@ class ServerSession:
         if method == "notifications/tools/list_changed":
             self._refresh.set()
         elif isinstance(message, Exception):
-            log.info("server %s: transport message: %s", self.name, describe(message))
+            log.info("server %s: transport message: %s", self.name, self.describe(message))
             if is_session_lost(message):
                 self._lost.set()
 

@@ -1,5 +1,6 @@
 """From a server's `mcp.json` entry to an `mcp` Client target: transports, `$VAR` expansion
-and the Authorization rule (SPEC 2.1). Expanded values live only in memory, never in files."""
+and the Authorization rule (SPEC 2.1, 12.3). Expanded values live only in memory, never in
+files, and `redact` keeps them out of the errors the console stores and logs."""
 
 import os
 import re
@@ -11,15 +12,62 @@ from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from . import stdio
 from .stdio import stdio_transport
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
+# The console's own settings are never handed to a server: whoever may edit mcp.json must not
+# be able to read the secret key or the database password through `$VAR` (SPEC 12.3).
+_PROTECTED_PREFIXES = ("DJANGO_", "AGENVOY_")
+_PROTECTED = {"DATABASE_URL", "REDIS_URL"}
+
+
+def protected(name: str) -> bool:
+    return name.startswith(_PROTECTED_PREFIXES) or name in _PROTECTED
+
+
 def expand(value: str, environ: dict[str, str] | None = None) -> str:
-    """`$VAR` and `${VAR}` from the environment; unknown variables become empty."""
+    """`$VAR` and `${VAR}` from the environment; unknown variables become empty, and the
+    console's own settings are left as written."""
     env = os.environ if environ is None else environ
-    return _VAR.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
+
+    def value_of(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        return m.group(0) if protected(name) else env.get(name, "")
+
+    return _VAR.sub(value_of, value)
+
+
+REDACTED = "********"
+_MIN_SECRET = 4  # shorter values would blank out ordinary words of a message
+
+
+def secret_values(config: dict, environ: dict[str, str] | None = None) -> list[str]:
+    """What a server's connection carries that must not be shown: every expanded env and
+    headers value (SPEC 2.1: all secrets) and every value `$VAR` put into its args. Longest
+    first, so a secret that contains another is replaced whole."""
+    env = os.environ if environ is None else environ
+    found: set[str] = set()
+    for key in ("env", "headers"):
+        for value in (config.get(key) or {}).values():
+            expanded = expand(str(value), env)
+            found.update({expanded, auth_header(expanded), expanded.strip()})
+    for text in [*(config.get("args") or []), *(str(v) for v in (config.get("env") or {}).values())]:
+        for m in _VAR.finditer(str(text)):
+            name = m.group(1) or m.group(2)
+            if not protected(name):
+                found.add(env.get(name, ""))
+    return sorted((v for v in found if len(v) >= _MIN_SECRET), key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """`text` with every secret value replaced by the mask."""
+    for value in secrets:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
 
 
 def auth_header(value: str) -> str:
@@ -79,12 +127,60 @@ def make_target(config: dict, transport: str, errlog: IO[str], tag: str = ""):
     """The transport object the Client connects through."""
     if transport == "stdio":
         return stdio_transport(stdio_params(config, tag), errlog)
-    url = expand(config["url"]).strip()
+    # Not expanded (SPEC 12.3): a URL built from the environment could send a header's secret
+    # to a host nobody wrote down.
+    url = config["url"].strip()
     headers = expanded_headers(config)
     if transport == "sse":
         return sse_client(url, headers=headers)
-    client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=None))
+    client = httpx2.AsyncClient(
+        headers=headers,
+        timeout=httpx2.Timeout(30.0, read=None),
+        transport=_Bounded(httpx2.AsyncHTTPTransport()),
+    )
     return _OwnedHttp(url, client)
+
+
+class MessageTooLarge(httpx2.StreamError):
+    """An HTTP answer over the bound; the SDK turns it into an error for that request."""
+
+
+class _Bounded(httpx2.AsyncBaseTransport):
+    """Caps each JSON answer at `stdio.MAX_MESSAGE` bytes as it streams in (SSE streams are
+    capped per event by the SDK), so a server can't make the console buffer without bound."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self.inner = inner
+
+    async def handle_async_request(self, request):
+        response = await self.inner.handle_async_request(request)
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            response.stream = _BoundedStream(response.stream, stdio.MAX_MESSAGE)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _BoundedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner, limit: int) -> None:
+        self.inner = inner
+        self.limit = limit
+
+    async def __aiter__(self):
+        size = 0
+        async for chunk in self.inner:
+            size += len(chunk)
+            if size > self.limit:
+                raise MessageTooLarge(
+                    f"the server's answer is over the {self.limit // 2**20} MiB limit and was dropped"
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        close = getattr(self.inner, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class _OwnedHttp:
@@ -96,7 +192,10 @@ class _OwnedHttp:
         self._cm = None
 
     async def __aenter__(self):
-        self._cm = streamable_http_client(self.url, http_client=self.client)
+        # One SSE event (one message) may be as large as a stdio line, and no larger.
+        self._cm = streamable_http_client(
+            self.url, http_client=self.client, max_sse_event_size=stdio.MAX_MESSAGE
+        )
         return await self._cm.__aenter__()
 
     async def __aexit__(self, *exc):

@@ -99,13 +99,13 @@ def allow_lines(console: Console) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def call_in_background(console: Console, name: str, arguments: dict) -> dict:
+def call_in_background(console: Console, name: str, arguments: dict, token: str | None = None) -> dict:
     """Start a confirm-mode call through /v1 in a thread; the dict gets its answer."""
     box: dict = {}
 
     def run():
         with httpx2.Client(
-            base_url=console.url, timeout=90, headers={"Authorization": f"Bearer {console.token}"}
+            base_url=console.url, timeout=90, headers={"Authorization": f"Bearer {token or console.token}"}
         ) as http:
             r = http.post(
                 "/v1/mcp/call", json={"name": name, "arguments": arguments, "mode": "confirm", "wait": 60}
@@ -264,6 +264,39 @@ def test_it_creates_a_token_shown_once_and_revokes_it(page, console):
     page.locator("tr", has_text="ci-agent").get_by_role("button", name="Revoke").click()
     expect(page.locator("tr", has_text="ci-agent")).to_contain_text("revoked")
     assert httpx2.get(f"{console.url}/v1/mcp/status", headers=auth).status_code == 401
+
+
+def test_it_drops_a_revoked_tokens_pending_calls_from_an_open_pending_page(page, console):
+    token = console._insert_token("leaving-agent", "agent")
+    inbox = page.context.new_page()
+    try:
+        inbox.goto("/pending/")
+        wait_live(inbox)
+        mark_no_reload(inbox)
+        boxes = [
+            call_in_background(console, "mcp__every__echo", {"message": f"leaving-{i}"}, token)
+            for i in range(3)
+        ]
+        items = inbox.locator("article.pending", has_text="leaving-")
+        expect(items).to_have_count(3)
+        page.goto("/tokens/")
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.locator("tr", has_text="leaving-agent").get_by_role("button", name="Revoke").click()
+        expect(page.locator("tr", has_text="leaving-agent")).to_contain_text("revoked")
+        # Gone from the open inbox by push, without a reload.
+        expect(items).to_have_count(0)
+        assert_no_reload(inbox)
+        for box in boxes:
+            done = answer(box)
+            assert (done["body"]["status"], done["body"]["result"]) == ("cancelled", "token revoked"), done
+        r = httpx2.post(
+            f"{console.url}/v1/mcp/call",
+            json={"name": "mcp__every__echo", "arguments": {"message": "x"}},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert r.status_code == 401
+    finally:
+        inbox.close()
 
 
 def test_it_reconnects_a_server_from_its_row(page, console):

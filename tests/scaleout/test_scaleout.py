@@ -44,7 +44,7 @@ class Cluster:
         }
         self.procs: dict[str, subprocess.Popen] = {}
         self.manage("migrate", "--noinput", "-v0")
-        self.token = self.manage("create_token", "scale").strip()
+        self.token = self.manage("create_token", "scale", "--role", "admin").strip()
         self.webs = [self.start_web(f"web{i}") for i in (1, 2)]
         for i in (1, 2):
             self.start_worker(f"w{i}")

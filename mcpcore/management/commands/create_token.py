@@ -8,8 +8,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("name")
+        parser.add_argument(
+            "--role",
+            choices=[value for value, _ in ApiToken.ROLES],
+            default=ApiToken.AGENT,
+            help="what the token may do (SPEC 12); fixed for the token's life (default: agent)",
+        )
         parser.add_argument("--no-auto", action="store_true", help="the token may not use auto mode")
 
-    def handle(self, name, no_auto, **options):
-        _, token = ApiToken.issue(name, may_auto=not no_auto)
+    def handle(self, name, role, no_auto, **options):
+        _, token = ApiToken.issue(name, may_auto=not no_auto, role=role)
         self.stdout.write(token)
