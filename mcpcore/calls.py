@@ -66,6 +66,7 @@ def create(
     session_id: object,
     mode: object,
     local=None,
+    via: str = "rest",
 ) -> ToolCall:
     """Validate a call request, run it through the gate, and record it (SPEC 5, 7).
 
@@ -113,6 +114,7 @@ def create(
         token=token,
         requested_by=user or (token.name if token else ""),
         created_at=now,
+        via=via,
     )
     if decision.run:
         call.status, call.decision, call.decided_at = "running", decision.reason, now
@@ -324,3 +326,39 @@ async def wait_ended(call_id, seconds: float) -> ToolCall | None:
                 pass
     finally:
         await layer.group_discard(group, channel)
+
+
+# --- permission prompts (/mcp/_permission, SPEC 13.5) -------------------------------------------
+# placeholder — perm branch replaces: the minimal shape the MCP endpoint holds and answers.
+
+
+def create_permission_prompt(
+    token: ApiToken | None, tool_name: str, tool_input: dict, session_id: str
+) -> ToolCall:
+    """A pending confirmation for another agent's own tool (placeholder — perm branch replaces)."""
+    now = timezone.now()
+    return ToolCall.objects.create(
+        session_id=session_id,
+        tool_name=tool_name,
+        server_name="",
+        tool=tool_name,
+        arguments=tool_input,
+        mode="confirm",
+        token=token,
+        requested_by=token.name if token else "",
+        created_at=now,
+        status="pending",
+        confirm_id=uuid.uuid4(),
+        expires_at=now + datetime.timedelta(seconds=settings.AGENVOY_CONFIRM_TIMEOUT),
+        via="mcp",
+    )
+
+
+def permission_answer(call: ToolCall) -> dict:
+    """The JSON an agent's permission prompt gets back (placeholder — perm branch replaces)."""
+    if call.status == "done":
+        return {"behavior": "allow", "updatedInput": call.arguments}
+    answer = {"behavior": "deny", "message": call.result}
+    if call.status == "aborted":
+        answer["interrupt"] = True
+    return answer

@@ -147,6 +147,8 @@ class Tool(models.Model):
     description = models.TextField(blank=True, default="")
     input_schema = models.JSONField(default=dict)
     annotations = models.JSONField(default=dict, blank=True)
+    # The server's outputSchema, when it declared one (served again on /mcp, SPEC 13.2).
+    output_schema = models.JSONField(null=True, blank=True)
     signature = models.CharField(max_length=64, blank=True, default="")
     llm_safe = models.BooleanField(default=True)
     position = models.PositiveIntegerField(default=0)
@@ -250,6 +252,11 @@ class ToolCall(models.Model):
     result_bytes = models.PositiveBigIntegerField(default=0)
     raw_result = models.TextField(blank=True, default="")
     raw_truncated = models.BooleanField(default=False)
+    # Which door the call came in by: `rest` (/v1/mcp/call) or `mcp` (the /mcp endpoints).
+    via = models.CharField(max_length=4, default="rest")
+    # For via=mcp: the upstream CallToolResult as wire JSON, when at most AGENVOY_RESULT_CAP
+    # bytes, so the MCP client gets it as it was (SPEC 13.3).
+    native_result = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -302,6 +309,7 @@ class ToolCall(models.Model):
                 "expires_at": iso(self.expires_at),
                 "duration": self.duration,
                 "truncated": self.truncated,
+                "via": self.via,
             }
         )
         return body

@@ -31,8 +31,13 @@ def error(message: str, status: int) -> JsonResponse:
 
 
 def _token_of(request: HttpRequest) -> ApiToken | None:
-    header = request.headers.get("Authorization", "")
-    scheme, _, value = header.partition(" ")
+    return authenticate(request.headers.get("Authorization", ""))
+
+
+def authenticate(header: str | None) -> ApiToken | None:
+    """The live token an `Authorization: Bearer <token>` header value names, or None.
+    Shared by `/v1` and the MCP endpoints (synchronous: it reads the database)."""
+    scheme, _, value = (header or "").partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         return None
     token = ApiToken.objects.filter(token_hash=ApiToken.hash(value.strip()), revoked_at__isnull=True).first()
