@@ -152,21 +152,16 @@ async def _call_tool(ctx, params) -> dict:
     token, view = caller(ctx)
     if view == PERMISSION:
         return await _permission_prompt(ctx, params, token)
-    tool = await db.run(find_tool, view, params.name)
-    if tool is None:
-        raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name}")
     local = control.local_supervisor
     try:
-        call = await db.run(
-            calls.create,
+        tool, call = await db.run(
+            _create,
             token,
-            "",
-            tool.registered_name,
+            view,
+            params.name,
             params.arguments or {},
             session_of(ctx, token),
-            "confirm",
             local.holds if local else None,
-            via="mcp",
         )
     except calls.CallError as exc:
         if exc.status == 404:
@@ -181,6 +176,15 @@ async def _call_tool(ctx, params) -> dict:
         await calls.dispatch(call)
     call = await hold(ctx, call, task)
     return call_result(call, tool)
+
+
+def _create(token, view: str, name: str, arguments: dict, session_id: str, local) -> tuple[Tool, ToolCall]:
+    """The tool behind the exposed name, and its call through the gate (one database hop)."""
+    tool = find_tool(view, name)
+    if tool is None:
+        raise calls.CallError(f"unknown tool: {name}", 404)
+    call = calls.create(token, "", tool.registered_name, arguments, session_id, "confirm", local, via="mcp")
+    return tool, call
 
 
 def call_result(call: ToolCall, tool: Tool) -> dict:
@@ -206,6 +210,12 @@ class Inflight:
     def key(session_id: str, request_id) -> tuple[str, str]:
         return session_id, json.dumps(request_id)
 
+    def add(self, key: tuple[str, str], scope: anyio.CancelScope) -> None:
+        self._scopes[key] = scope
+
+    def discard(self, key: tuple[str, str]) -> None:
+        self._scopes.pop(key, None)
+
     def cancel(self, key: tuple[str, str]) -> None:
         scope = self._scopes.get(key)
         if scope is not None:
@@ -223,10 +233,14 @@ async def hold(ctx, call: ToolCall, task=None, settled=_ended) -> ToolCall:
     """Wait until the call is settled, sending heartbeats while it is pending and passing on
     upstream progress while it runs. The client going away (its request cancelled) cancels
     the call: out of the inbox at once if pending, cancelled upstream if running."""
+    meta = (ctx.params or {}).get("_meta")
+    wants_progress = isinstance(meta, dict) and meta.get("progressToken") is not None
     layer = get_channel_layer()
-    channel = await layer.new_channel()
     group = control.call_group(str(call.id))
-    await layer.group_add(group, channel)
+    # A run in this process that nobody wants progress of ends through its task alone.
+    channel = await layer.new_channel() if task is None or wants_progress else None
+    if channel is not None:
+        await layer.group_add(group, channel)
     key = None
     sid = None if is_modern(ctx) else ctx.request.headers.get("mcp-session-id")
     done = False
@@ -234,19 +248,20 @@ async def hold(ctx, call: ToolCall, task=None, settled=_ended) -> ToolCall:
         with anyio.CancelScope() as scope:
             if sid and ctx.request_id is not None:
                 key = Inflight.key(sid, ctx.request_id)
-                INFLIGHT._scopes[key] = scope
-            call = await _wait(ctx, call, task, layer, channel, settled)
+                INFLIGHT.add(key, scope)
+            call = await _wait(ctx, call, task, layer, channel, settled, wants_progress)
             done = True
         if not done:
             log.info("call %s: the MCP client went away", call.id)
     finally:
         if key is not None:
-            INFLIGHT._scopes.pop(key, None)
+            INFLIGHT.discard(key)
         with anyio.CancelScope(shield=True):
             if not done:
                 await _abandon(call)
                 call = await db.run(_get, call.id) or call
-            await layer.group_discard(group, channel)
+            if channel is not None:
+                await layer.group_discard(group, channel)
     return call
 
 
@@ -269,10 +284,10 @@ async def _abandon(call: ToolCall) -> None:
         await calls.announce(str(ended.id))
 
 
-async def _wait(ctx, call: ToolCall, task, layer, channel: str, settled) -> ToolCall:
+async def _wait(
+    ctx, call: ToolCall, task, layer, channel: str | None, settled, wants_progress: bool
+) -> ToolCall:
     loop = asyncio.get_running_loop()
-    meta = (ctx.params or {}).get("_meta")
-    wants_progress = isinstance(meta, dict) and meta.get("progressToken") is not None
     waiting = f"waiting for approval: {settings.AGENVOY_PUBLIC_URL}/pending/"
     beats = 0
     next_beat = loop.time()
@@ -313,8 +328,14 @@ async def _wait(ctx, call: ToolCall, task, layer, channel: str, settled) -> Tool
             reread = task is None
 
 
-async def _next(layer, channel: str, task, timeout: float):
+async def _next(layer, channel: str | None, task, timeout: float):
     """The next channel message, "task" when the local run ended, or None after `timeout`."""
+    if channel is None:
+        if task is None:  # the local run ended and the row is read again every second
+            await asyncio.sleep(timeout)
+            return None
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        return "task" if done else None
     receive = asyncio.ensure_future(layer.receive(channel))
     waits = {receive} if task is None else {receive, task}
     try:
