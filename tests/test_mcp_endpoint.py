@@ -382,6 +382,10 @@ def test_it_tells_clients_about_a_grown_tool_within_two_seconds(c, mode):
     [
         ({"approve": True}, {"behavior": "allow", "updatedInput": {"command": "ls -l"}}),
         ({"approve": False, "reason": "no"}, {"behavior": "deny", "message": "Skipped by user. Reason: no"}),
+        (
+            {"approve": False, "abort": True},
+            {"behavior": "deny", "message": "user stopped", "interrupt": True},
+        ),
     ],
 )
 def test_it_holds_an_approval_prompt_and_answers_claude_codes_json(c, answer, expected):
@@ -464,6 +468,9 @@ def test_it_leaves_out_a_server_that_goes_down_and_answers_its_calls_with_the_50
     assert "spare__echo" not in after and "echo__echo" in after
     assert result.is_error is True
     assert result.content[0].text.startswith("server spare is not connected")
+    assert short.post("/v1/mcp/remove", {"name": "spare"}).status_code == 200
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    assert short.http.post("/mcp/spare", json=init).status_code == 404
 
 
 # --- the TypeScript SDK -------------------------------------------------------------------------
@@ -595,3 +602,38 @@ def test_it_tells_a_typescript_client_about_a_grown_tool_within_two_seconds(c, t
     rid = client.send("list")
     tools = {t["name"] for t in client.wait(lambda e: e.get("id") == rid, 10)["tools"]}
     assert "dyn__grown_ts" in tools
+
+
+def test_it_stops_cleanly_with_mcp_clients_holding_calls(tmp_path):
+    con = Console(tmp_path, {"echo": our_server("echo.py")}).start()
+    clients = []
+    try:
+        con.wait_connected("echo")
+        clients = [TsClient(con), TsClient(con)]
+        clients[0].send("call", name="echo__echo", arguments={"text": "one"}, progress=True)
+        clients[1].send("call", name="echo__echo", arguments={"text": "two"})
+
+        async def modern():  # a 2026-07-28 request, held in its own HTTP request's task
+            async with mcp_client(con, "/mcp", "auto") as client:
+                await client.call_tool("echo__echo", {"text": "three"})
+
+        threading.Thread(target=lambda: _quietly(modern), daemon=True).start()
+        wait_until(lambda: len(pending_for(con, "mcp__echo__echo")) == 3, 10, what="three pending")
+        took = con.stop()
+    finally:
+        for client in clients:
+            client.close()
+        con.close()
+    assert took < 8, con.log_text()[-3000:]
+    assert "Traceback" not in con.log_text()
+    db = sqlite3.connect(f"file:{con.data / 'db.sqlite3'}?mode=ro", uri=True)
+    statuses = [r[0] for r in db.execute("select status from mcpcore_toolcall where via = 'mcp'")]
+    db.close()
+    assert statuses == ["cancelled"] * 3
+
+
+def _quietly(fn) -> None:
+    try:
+        anyio.run(fn)
+    except BaseException:  # the console went away under it: that is the point
+        pass
