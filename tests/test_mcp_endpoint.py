@@ -38,7 +38,7 @@ def c(tmp_path_factory):
         {"every": everything_stdio(), "echo": our_server("echo.py"), "dyn": our_server("dynamic.py")},
         {"AGENVOY_CALL_TIMEOUT": "10"},
     )
-    (console.home / "allow_tool").write_text("mcp__every__*\nmcp__echo__sleep\nmcp__echo__add\n")
+    (console.home / "allow_tool").write_text("mcp__every__*\nmcp__echo__sleep\nmcp__echo__add\nmcp__dyn__*\n")
     console.start()
     console.wait_connected("every", "echo", "dyn")
     yield console
@@ -372,6 +372,24 @@ def test_it_tells_clients_about_a_grown_tool_within_two_seconds(c, mode):
     took, tools = anyio.run(main)
     assert took < 2, took
     assert f"dyn__{name}" in tools
+
+
+def test_it_serves_and_calls_a_tool_under_its_shortened_name(c):
+    r = c.call("mcp__dyn__add_tool", {"name": "dotted.name"}, mode="auto")
+    assert r.status_code == 200 and r.json()["status"] == "done", r.text
+    wait_until(lambda: "mcp__dyn__dotted.name" in c.tools(), 10, what="dotted.name registered")
+    exposed = names.exposed_name("dyn", "dotted.name")
+    assert exposed.startswith("dyn__dotted_name_") and len(exposed) == len("dyn__dotted_name_") + 8
+
+    async def main():
+        async with mcp_client(c, "/mcp", "auto") as client:
+            assert exposed in {t.name for t in (await client.list_tools()).tools}
+            with anyio.fail_after(10):
+                return await client.call_tool(exposed, {})
+
+    result = anyio.run(main)
+    assert not result.is_error and result.content[0].text == "I am dotted.name"
+    assert last_mcp_call(c)["tool"] == "mcp__dyn__dotted.name"
 
 
 # --- approval_prompt (13.5) ---------------------------------------------------------------------

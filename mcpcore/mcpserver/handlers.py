@@ -154,7 +154,7 @@ async def _call_tool(ctx, params) -> dict:
         return await _permission_prompt(ctx, params, token)
     local = control.local_supervisor
     try:
-        tool, call = await db.run(
+        call = await db.run(
             _create,
             token,
             view,
@@ -175,26 +175,52 @@ async def _call_tool(ctx, params) -> dict:
     else:
         await calls.dispatch(call)
     call = await hold(ctx, call, task)
-    return call_result(call, tool)
+    return await call_result(call)
 
 
-def _create(token, view: str, name: str, arguments: dict, session_id: str, local) -> tuple[Tool, ToolCall]:
-    """The tool behind the exposed name, and its call through the gate (one database hop)."""
+def registered_of(view: str, name: str) -> str | None:
+    """The registered name behind an exposed one, read off the name itself when it was not
+    shortened (no query: `calls.create` looks the tool up anyway); None when it may have been."""
+    if name != name.strip() or not name:
+        return None
+    if view:
+        return names.registered_name(view, name)
+    server, sep, tool = name.partition(names.SEP)
+    if sep and tool and names.is_valid_server_name(server) and names.exposed_name(server, tool) == name:
+        return names.registered_name(server, tool)
+    return None
+
+
+def _create(token, view: str, name: str, arguments: dict, session_id: str, local) -> ToolCall:
+    """The call of the tool behind the exposed name, through the gate (one database hop)."""
+    registered = registered_of(view, name)
+    if registered is not None:
+        try:
+            return calls.create(token, "", registered, arguments, session_id, "confirm", local, via="mcp")
+        except calls.CallError as exc:
+            if exc.status != 404:
+                raise
+            # A shortened name looks like a plain one: only the shortening can tell.
     tool = find_tool(view, name)
-    if tool is None:
+    if tool is None or tool.registered_name == registered:
         raise calls.CallError(f"unknown tool: {name}", 404)
-    call = calls.create(token, "", tool.registered_name, arguments, session_id, "confirm", local, via="mcp")
-    return tool, call
+    return calls.create(token, "", tool.registered_name, arguments, session_id, "confirm", local, via="mcp")
 
 
-def call_result(call: ToolCall, tool: Tool) -> dict:
+def _declares_output(registered: str) -> bool:
+    return bool(
+        Tool.objects.filter(registered_name=registered).values_list("output_schema", flat=True).first()
+    )
+
+
+async def call_result(call: ToolCall) -> dict:
     """The upstream result as it was when it fit under the cap; else the converted string."""
     if call.status in ("done", "error") and call.native_result is not None:
         return call.native_result
     if call.status == "done":
         # Cut to the cap: a tool with an outputSchema can no longer satisfy it, and clients
         # validate structured content unless the result is an error.
-        return text_result(call.result, call.is_error or bool(tool.output_schema))
+        return text_result(call.result, call.is_error or await db.run(_declares_output, call.tool_name))
     return text_result(call.result, True)
 
 
