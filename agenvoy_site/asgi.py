@@ -1,5 +1,6 @@
-"""ASGI entry point: `/v1` through a middleware-free Django handler, pages through the full
-one, WebSockets through Channels routing, static files served directly."""
+"""ASGI entry point: `/v1` through a middleware-free Django handler, `/mcp` through the MCP
+SDK's server side, pages through the full Django handler, WebSockets through Channels
+routing, static files served directly."""
 
 import os
 
@@ -14,6 +15,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from mcpcore import db, routing  # noqa: E402
 from mcpcore.api.handler import ApiHandler, ApiRouter  # noqa: E402
+from mcpcore.mcpserver import McpRouter, endpoint  # noqa: E402
 from mcpcore.staticserve import StaticFiles  # noqa: E402
 
 db.use_dedicated_threads()
@@ -21,7 +23,7 @@ db.use_dedicated_threads()
 application = StaticFiles(
     ProtocolTypeRouter(
         {
-            "http": ApiRouter(ApiHandler(), django_asgi_app),
+            "http": McpRouter(endpoint, ApiRouter(ApiHandler(), django_asgi_app)),
             "websocket": AllowedHostsOriginValidator(
                 AuthMiddlewareStack(URLRouter(routing.websocket_urlpatterns))
             ),

@@ -22,7 +22,17 @@ if sys.path and Path(sys.path[0]).resolve() == HERE:
     sys.path.pop(0)  # bench/ itself must not shadow module names
 sys.path.insert(0, str(ROOT))
 
-BENCHES = ["overhead", "throughput", "approval", "watchloop", "pages", "allowlist", "rules", "memory"]
+BENCHES = [
+    "overhead",
+    "throughput",
+    "approval",
+    "watchloop",
+    "pages",
+    "allowlist",
+    "rules",
+    "memory",
+    "mcp_endpoint",
+]
 
 
 def fmt(value) -> str:

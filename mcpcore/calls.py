@@ -96,6 +96,7 @@ def create(
     session_id: object,
     mode: object,
     local=None,
+    via: str = "rest",
 ) -> ToolCall:
     """Validate a call request, run it through the gate, and record it (SPEC 5, 7).
 
@@ -158,6 +159,7 @@ def create(
         rule=decision.rule,
         # An ask rule decides before the pin is looked at; the inbox still wants to know.
         definition_changed=decision.reason == "ask" and changed(),
+        via=via,
     )
     if decision.reason == "deny":
         # Denied by a rule: nobody is asked and nothing runs.
@@ -446,6 +448,7 @@ def create_permission_prompt(
     now = timezone.now()
     call = ToolCall(
         kind=ToolCall.PERMISSION_PROMPT,
+        via="mcp",
         session_id=session_id,
         tool_name=tool_name,
         server_name="",

@@ -169,6 +169,8 @@ class Tool(models.Model):
     description = models.TextField(blank=True, default="")
     input_schema = models.JSONField(default=dict)
     annotations = models.JSONField(default=dict, blank=True)
+    # The server's outputSchema, when it declared one (served again on /mcp, SPEC 13.2).
+    output_schema = models.JSONField(null=True, blank=True)
     signature = models.CharField(max_length=64, blank=True, default="")
     digest = models.CharField(max_length=64, blank=True, default="")  # definition digest (14.1)
     llm_safe = models.BooleanField(default=True)
@@ -292,6 +294,11 @@ class ToolCall(models.Model):
     # How far the notifier (notify.py) has told notification targets about this confirmation:
     # 0 nothing yet, 1 that it is pending, 2 that it ended too (or nothing to tell).
     notified = models.PositiveSmallIntegerField(default=0)
+    # Which door the call came in by: `rest` (/v1/mcp/call) or `mcp` (the /mcp endpoints).
+    via = models.CharField(max_length=4, default="rest")
+    # For via=mcp: the upstream CallToolResult as wire JSON, when at most AGENVOY_RESULT_CAP
+    # bytes, so the MCP client gets it as it was (SPEC 13.3).
+    native_result = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -357,6 +364,7 @@ class ToolCall(models.Model):
                 "duration": self.duration,
                 "truncated": self.truncated,
                 "rule": self.rule,
+                "via": self.via,
             }
         )
         return body

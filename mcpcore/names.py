@@ -1,5 +1,6 @@
 """Registered tool names and server-name rules (SPEC 3). Pure: no Django, no mcp."""
 
+import hashlib
 import re
 
 PREFIX = "mcp__"
@@ -72,3 +73,20 @@ def normalize_schema(schema: object) -> dict:
     if isinstance(schema, dict) and schema.get("type", "object") == "object":
         return schema
     return dict(EMPTY_SCHEMA, properties={})
+
+
+EXPOSED_MAX = 64
+_EXPOSED_BAD = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def exposed_name(server: str, tool: str) -> str:
+    """The name a tool has on `/mcp` (SPEC 13.2): `<server>__<tool>`, or, when that is not
+    `[A-Za-z0-9_-]{1,64}`, every other character as `_`, cut to 55 characters, then `_` and
+    the first 8 hex digits of the SHA-256 of the registered name (the hash keeps names that
+    clean up alike apart). Clients add their own `mcp__<name>__` prefix, so ours would double.
+    """
+    name = f"{server}{SEP}{tool.strip()}"
+    if _LLM_SAFE.fullmatch(name):
+        return name
+    digest = hashlib.sha256(registered_name(server, tool).encode("utf-8")).hexdigest()[:8]
+    return f"{_EXPOSED_BAD.sub('_', name)[:55]}_{digest}"

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('mcpcore', '0003_existing_tokens_become_admin'),
+        ('mcpcore', '0004_toolcall_via_native'),
     ]
 
     operations = [

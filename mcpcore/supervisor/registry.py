@@ -35,7 +35,12 @@ def tool_dicts(server: str, tools: list) -> tuple[list[dict], list[str]]:
             continue
         seen.add(reg)
         schema = tool.input_schema if isinstance(tool.input_schema, dict) else None
-        annotations = tool.annotations.model_dump(mode="json", exclude_none=True) if tool.annotations else {}
+        annotations = (
+            tool.annotations.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if tool.annotations
+            else {}
+        )
+        output_schema = getattr(tool, "output_schema", None)
         rows.append(
             {
                 "tool_name": tool.name,
@@ -47,6 +52,7 @@ def tool_dicts(server: str, tools: list) -> tuple[list[dict], list[str]]:
                 "input_schema": names.normalize_schema(schema),
                 "raw_schema": tool.input_schema,
                 "annotations": annotations,
+                "output_schema": output_schema if isinstance(output_schema, dict) else None,
                 "llm_safe": names.is_llm_safe(reg),
                 "digest": definition_digest(tool_name, tool.description or "", tool.input_schema),
             }
@@ -99,6 +105,7 @@ def replace_tools(server_name: str, rows: list[dict], sig: str, warnings: list[s
                     description=r["description"],
                     input_schema=r["input_schema"],
                     annotations=r["annotations"],
+                    output_schema=r["output_schema"],
                     signature=sig,
                     llm_safe=r["llm_safe"],
                     digest=r.get("digest", ""),

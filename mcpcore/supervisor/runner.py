@@ -2,6 +2,7 @@
 cancel, retry once on a renewed session, convert and store the result (SPEC 4, 6)."""
 
 import asyncio
+import json
 import logging
 
 import anyio
@@ -9,7 +10,7 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from .. import calls, db, gate, results
+from .. import calls, control, db, gate, results
 from ..models import ToolCall
 from .session import describe, is_session_lost
 
@@ -91,7 +92,7 @@ async def _attempts(session, call: ToolCall, timeout: float) -> tuple[str, str, 
                 session.ready.clear()
                 continue
             raise
-        return _store(result)
+        return _store(result, call)
     raise RuntimeError("unreachable")
 
 
@@ -104,6 +105,12 @@ async def _call(client, call: ToolCall, timeout: float):
 
         async def on_progress(progress, total, message) -> None:
             scope.deadline = min(loop_time() + timeout, cap_at)
+            if call.via == "mcp":
+                # Whoever holds the MCP request (in any web process) passes it on (SPEC 13.3).
+                await control.asend_group(
+                    control.call_group(str(call.id)),
+                    {"type": "call.progress", "progress": progress, "total": total, "message": message},
+                )
 
         result = await client.call_tool(call.tool, call.arguments, progress_callback=on_progress)
     if scope.cancelled_caught:
@@ -111,8 +118,13 @@ async def _call(client, call: ToolCall, timeout: float):
     return result
 
 
-def _store(result) -> tuple[str, str, dict]:
+def _store(result, call: ToolCall | None = None) -> tuple[str, str, dict]:
     wire = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    native = None
+    if call is not None and call.via == "mcp":
+        # An MCP client gets the upstream result as it was, when it fits under the cap.
+        size = len(json.dumps(wire, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        native = wire if size <= settings.AGENVOY_RESULT_CAP else None
     converted = results.convert(wire, cap=settings.AGENVOY_RESULT_CAP)
     full = converted.text if not converted.truncated else results.converted_full(wire)
     raw = full
@@ -128,5 +140,6 @@ def _store(result) -> tuple[str, str, dict]:
             "result_bytes": converted.total_bytes,
             "raw_result": raw,
             "raw_truncated": raw_cut,
+            "native_result": native,
         },
     )

@@ -36,6 +36,10 @@ class EmbeddedServer(daphne.server.Server):
 
     def _stop_supervisor(self):
         async def stop():
+            from mcpcore.mcpserver import endpoint
+
+            # MCP clients' streams first (their held calls end as cancelled), then the servers.
+            await endpoint.shutdown()
             try:
                 await asyncio.wait_for(self.supervisor.stop(), 4)
             except Exception:

@@ -1,0 +1,201 @@
+"""The ASGI side of the MCP endpoints: bearer token before anything MCP, the view from the
+path, and the SDK's streamable-HTTP session manager, whose `run()` is kept open by a
+long-lived task (Daphne has no ASGI lifespan): started by the first request, stopped by
+`shutdown()` from `serve`.
+"""
+
+import asyncio
+import contextvars
+import json
+import logging
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+
+from .. import db, names
+from ..api.auth import authenticate
+from ..models import Server as ServerRow
+from . import handlers
+from .changes import Changes
+
+log = logging.getLogger("mcpcore.mcpserver")
+
+NAME = "agenvoy-console"
+
+
+class ConsoleServer(Server):
+    """The SDK's low-level server; 2025 sessions are told tools may change."""
+
+    def create_initialization_options(self, notification_options=None, *args, **kwargs):
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), *args, **kwargs
+        )
+
+
+def view_of(path: str) -> str | None:
+    """`""` for /mcp, `_permission`, a server name, or None for a path that is none of them."""
+    rest = path[len("/mcp") :].strip("/")
+    if rest == "" or rest == handlers.PERMISSION:
+        return rest
+    return rest if names.is_valid_server_name(rest) else None
+
+
+def _admit(header: str | None, view: str | None):
+    token = authenticate(header)
+    if token is None:
+        return None, False
+    known = view is not None and (
+        view in (handlers.ALL, handlers.PERMISSION) or ServerRow.objects.filter(name=view).exists()
+    )
+    return token, known
+
+
+class McpEndpoint:
+    """`/mcp`, `/mcp/<server>` and `/mcp/_permission` (SPEC 13.1) as one ASGI app."""
+
+    def __init__(self) -> None:
+        self.changes = Changes()
+        self.server = ConsoleServer(
+            NAME,
+            on_list_tools=handlers.on_list_tools,
+            on_call_tool=handlers.on_call_tool,
+            on_subscriptions_listen=self.changes.on_listen,
+            # The schema is ours to check, not the SDK's: without this the 2026 path would
+            # run a whole tools/list before each call to validate Mcp-Param headers.
+            get_tool_input_schema=lambda name: None,
+        )
+        self.server.middleware.append(handlers.ConsoleMiddleware(self.changes))
+        self.manager = StreamableHTTPSessionManager(self.server, json_response=False)
+        self._ready: asyncio.Future | None = None
+        self._stop: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+
+    # --- life ----------------------------------------------------------------------------------
+
+    async def _running(self) -> None:
+        if self._ready is None:
+            loop = asyncio.get_running_loop()
+            self._ready = loop.create_future()
+            self._stop = asyncio.Event()
+            # A fresh context: the sessions' tasks must not inherit the first request's.
+            self._task = loop.create_task(self._run(), context=contextvars.Context())
+        await asyncio.shield(self._ready)
+
+    async def _run(self) -> None:
+        try:
+            async with self.manager.run():
+                watcher = asyncio.ensure_future(self.changes.watch())
+                self._ready.set_result(None)
+                try:
+                    await self._stop.wait()
+                finally:
+                    watcher.cancel()
+                    self.changes.close()
+        except BaseException as exc:
+            if not self._ready.done():
+                self._ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError("stopped"))
+            raise
+
+    async def shutdown(self) -> None:
+        """Close every MCP session and stream (held calls are cancelled as abandoned)."""
+        if self._task is None or self._task.done():
+            return
+        self._stop.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), 5)
+        except Exception:
+            log.exception("MCP session manager did not stop cleanly")
+
+    # --- requests ------------------------------------------------------------------------------
+
+    async def __call__(self, scope, receive, send) -> None:
+        view = view_of(scope["path"])
+        token, known = await db.run(_admit, Headers(scope=scope).get("authorization"), view)
+        if token is None:
+            await JSONResponse(
+                {"error": "authentication required"}, 401, headers={"WWW-Authenticate": "Bearer"}
+            )(scope, receive, send)
+            return
+        if not known:
+            await JSONResponse({"error": "server not found"}, 404)(scope, receive, send)
+            return
+        scope = dict(scope)
+        scope[handlers.TOKEN_KEY] = token
+        scope[handlers.VIEW_KEY] = view
+        # The SDK binds a 2025 session to the principal that opened it.
+        scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=f"token-{token.pk}", scopes=[]))
+        await self._running()
+        if scope["method"] == "POST":
+            await self._post(scope, receive, send)
+        else:
+            await self.manager.handle_request(scope, receive, send)
+
+    async def _post(self, scope, receive, send) -> None:
+        """Hand the POST on with its body read, and watch for the client closing it: on a 2025
+        session that cancels the call it carried."""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > DEFAULT_MAX_REQUEST_BODY_SIZE:
+                await JSONResponse({"error": "request body too large"}, 413)(scope, receive, send)
+                return
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        key = self._inflight_key(scope, body)
+        replay = [{"type": "http.request", "body": body, "more_body": False}]
+        gone = asyncio.Event()
+
+        async def inner_receive():
+            if replay:
+                return replay.pop()
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            if key is not None:
+                handlers.INFLIGHT.cancel(key)
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await self.manager.handle_request(scope, inner_receive, send)
+        finally:
+            watcher.cancel()
+
+    @staticmethod
+    def _inflight_key(scope, body: bytes):
+        sid = Headers(scope=scope).get("mcp-session-id")
+        if not sid or b"tools/call" not in body:
+            return None
+        try:
+            message = json.loads(body)
+        except ValueError:
+            return None
+        if isinstance(message, dict) and message.get("method") == "tools/call" and "id" in message:
+            return handlers.Inflight.key(sid, message["id"])
+        return None
+
+
+class McpRouter:
+    """`/mcp` and `/mcp/...` to the MCP endpoint, everything else on."""
+
+    def __init__(self, endpoint: McpEndpoint, other) -> None:
+        self.endpoint = endpoint
+        self.other = other
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and (scope["path"] == "/mcp" or scope["path"].startswith("/mcp/")):
+            return await self.endpoint(scope, receive, send)
+        return await self.other(scope, receive, send)

@@ -1,0 +1,428 @@
+"""What the console answers as an MCP server (SPEC 13): the tools in a client's view, calls
+through the one call path of the console (gate, inbox, history), held with progress heartbeats
+while a person decides, and `approval_prompt` for agents that delegate their own prompts.
+
+The view of a request is `""` (`/mcp`: every connected server, names `<server>__<tool>`), a
+server name (`/mcp/<server>`: its own names) or `_permission`; the ASGI app puts it and the
+caller's token into the HTTP scope, where handlers read them back through `ctx.request`.
+"""
+
+import asyncio
+import json
+import logging
+
+import anyio
+import mcp_types
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.utils import timezone
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from .. import calls, control, db, names
+from ..models import ApiToken, Server, Tool, ToolCall
+from ..supervisor.registry import instructions_block
+
+log = logging.getLogger("mcpcore.mcpserver")
+
+ALL = ""
+PERMISSION = "_permission"
+PERMISSION_TOOL = "approval_prompt"
+PERMISSION_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "tool_name": {"type": "string"},
+        "input": {"type": "object"},
+        "tool_use_id": {"type": "string"},
+    },
+    "required": ["tool_name", "input"],
+}
+SESSION_META = "io.agenvoy/session"
+# Heartbeats while a person decides: well under the 10 s of SPEC 13.3, so a client that resets
+# a 15 s timer on progress never sees it run out.
+HEARTBEAT = 5.0
+VIEW_KEY = "agenvoy.view"
+TOKEN_KEY = "agenvoy.token"
+
+
+def caller(ctx) -> tuple[ApiToken, str]:
+    """The token and the view of the HTTP request this MCP request came in."""
+    scope = ctx.request.scope
+    return scope[TOKEN_KEY], scope[VIEW_KEY]
+
+
+def is_modern(ctx) -> bool:
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+def text_result(text: str, is_error: bool) -> dict:
+    return {"content": [{"type": "text", "text": text}], "isError": is_error}
+
+
+# --- the tool list (SPEC 13.2) ------------------------------------------------------------------
+
+
+def view_tools(view: str, connected_only: bool = True) -> list[Tool]:
+    rows = Tool.objects.select_related("server")
+    if view:
+        rows = rows.filter(server__name=view)
+    if connected_only:
+        rows = rows.filter(server__enabled=True, server__state="connected")
+    return list(rows.order_by("server__name", "position", "tool_name"))
+
+
+def exposed(tool: Tool, view: str) -> str:
+    return names.exposed_name(tool.server.name, tool.tool_name) if view == ALL else tool.tool_name
+
+
+def tool_entry(tool: Tool, view: str) -> dict:
+    entry = {"name": exposed(tool, view), "description": tool.description, "inputSchema": tool.input_schema}
+    if tool.title:
+        entry["title"] = tool.title
+    if tool.annotations:
+        entry["annotations"] = tool.annotations
+    if tool.output_schema:
+        entry["outputSchema"] = tool.output_schema
+    return entry
+
+
+def tool_list(view: str) -> list[dict]:
+    """The tools a client of `view` sees (also what list_changed compares)."""
+    if view == PERMISSION:
+        return [
+            {
+                "name": PERMISSION_TOOL,
+                "description": "Ask a person in the Agenvoy console to approve or deny a tool call "
+                "of yours; answers {behavior: allow, updatedInput} or {behavior: deny, message}.",
+                "inputSchema": PERMISSION_SCHEMA,
+            }
+        ]
+    return [tool_entry(t, view) for t in view_tools(view)]
+
+
+def find_tool(view: str, name: str) -> Tool | None:
+    """The registered tool behind an exposed name; tools of servers that are down count too
+    (a call to one gets the server's 503 message, not "unknown tool")."""
+    rows = Tool.objects.select_related("server")
+    if view:
+        return rows.filter(server__name=view, tool_name=name).first()
+    server, sep, tool = name.partition(names.SEP)
+    if sep and names.is_valid_server_name(server):
+        hit = rows.filter(server__name=server, tool_name=tool).first()
+        if hit is not None and exposed(hit, ALL) == name:
+            return hit
+    # A shortened name: only the shortening itself can say which tool it stands for.
+    return next((t for t in view_tools(ALL, connected_only=False) if exposed(t, ALL) == name), None)
+
+
+def instructions_for(view: str) -> str:
+    """SPEC 13.1: the block of SPEC 6 for the servers in view; a server's own text on its path."""
+    if view == PERMISSION:
+        return ""
+    if view:
+        return Server.objects.filter(name=view).values_list("instructions", flat=True).first() or ""
+    return instructions_block(list(Server.objects.filter(enabled=True).values_list("name", "instructions")))
+
+
+async def on_list_tools(ctx, params) -> mcp_types.ListToolsResult:
+    _token, view = caller(ctx)
+    # Typed, so each era's required fields (2026: resultType, ttlMs 0: never cached) are there.
+    return mcp_types.ListToolsResult.model_validate({"tools": await db.run(tool_list, view)})
+
+
+# --- calls (SPEC 13.3) --------------------------------------------------------------------------
+
+
+def session_of(ctx, token: ApiToken) -> str:
+    """`mcp:<own id>` from `_meta`, else `mcp:<Mcp-Session-Id>` (2025) or `mcp:<token name>`."""
+    meta = (ctx.params or {}).get("_meta")
+    own = meta.get(SESSION_META) if isinstance(meta, dict) else None
+    if isinstance(own, str) and own.strip():
+        return f"mcp:{own.strip()}"
+    sid = None if is_modern(ctx) else ctx.request.headers.get("mcp-session-id")
+    return f"mcp:{sid}" if sid else f"mcp:{token.name}"
+
+
+async def on_call_tool(ctx, params) -> mcp_types.CallToolResult:
+    return mcp_types.CallToolResult.model_validate(await _call_tool(ctx, params))
+
+
+async def _call_tool(ctx, params) -> dict:
+    token, view = caller(ctx)
+    if view == PERMISSION:
+        return await _permission_prompt(ctx, params, token)
+    local = control.local_supervisor
+    try:
+        call = await db.run(
+            _create,
+            token,
+            view,
+            params.name,
+            params.arguments or {},
+            session_of(ctx, token),
+            local.holds if local else None,
+        )
+    except calls.CallError as exc:
+        if exc.status == 404:
+            raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name}") from None
+        return text_result(exc.message, True)
+    task = None
+    if call.ended:
+        pass  # decided already (a deny rule): nothing to run
+    elif call.status == "pending":
+        await calls.announce(str(call.id))
+    elif local is not None and call.worker == local.name:
+        task = local.start_claimed(call)
+    else:
+        await calls.dispatch(call)
+    call = await hold(ctx, call, task)
+    return await call_result(call)
+
+
+def registered_of(view: str, name: str) -> str | None:
+    """The registered name behind an exposed one, read off the name itself when it was not
+    shortened (no query: `calls.create` looks the tool up anyway); None when it may have been."""
+    if name != name.strip() or not name:
+        return None
+    if view:
+        return names.registered_name(view, name)
+    server, sep, tool = name.partition(names.SEP)
+    if sep and tool and names.is_valid_server_name(server) and names.exposed_name(server, tool) == name:
+        return names.registered_name(server, tool)
+    return None
+
+
+def _create(token, view: str, name: str, arguments: dict, session_id: str, local) -> ToolCall:
+    """The call of the tool behind the exposed name, through the gate (one database hop)."""
+    registered = registered_of(view, name)
+    if registered is not None:
+        try:
+            return calls.create(token, "", registered, arguments, session_id, "confirm", local, via="mcp")
+        except calls.CallError as exc:
+            if exc.status != 404:
+                raise
+            # A shortened name looks like a plain one: only the shortening can tell.
+    tool = find_tool(view, name)
+    if tool is None or tool.registered_name == registered:
+        raise calls.CallError(f"unknown tool: {name}", 404)
+    return calls.create(token, "", tool.registered_name, arguments, session_id, "confirm", local, via="mcp")
+
+
+def _declares_output(registered: str) -> bool:
+    return bool(
+        Tool.objects.filter(registered_name=registered).values_list("output_schema", flat=True).first()
+    )
+
+
+async def call_result(call: ToolCall) -> dict:
+    """The upstream result as it was when it fit under the cap; else the converted string."""
+    if call.status in ("done", "error") and call.native_result is not None:
+        return call.native_result
+    if call.status == "done":
+        # Cut to the cap: a tool with an outputSchema can no longer satisfy it, and clients
+        # validate structured content unless the result is an error.
+        return text_result(call.result, call.is_error or await db.run(_declares_output, call.tool_name))
+    return text_result(call.result, True)
+
+
+class Inflight:
+    """Calls held for 2025 sessions, by (Mcp-Session-Id, JSON-RPC id): the ASGI app cancels
+    one when the client closes the POST it came in (the SDK only acts on
+    `notifications/cancelled`, and some clients just drop the connection)."""
+
+    def __init__(self) -> None:
+        self._scopes: dict[tuple[str, str], anyio.CancelScope] = {}
+
+    @staticmethod
+    def key(session_id: str, request_id) -> tuple[str, str]:
+        return session_id, json.dumps(request_id)
+
+    def add(self, key: tuple[str, str], scope: anyio.CancelScope) -> None:
+        self._scopes[key] = scope
+
+    def discard(self, key: tuple[str, str]) -> None:
+        self._scopes.pop(key, None)
+
+    def cancel(self, key: tuple[str, str]) -> None:
+        scope = self._scopes.get(key)
+        if scope is not None:
+            scope.cancel()
+
+
+INFLIGHT = Inflight()
+
+
+async def hold(ctx, call: ToolCall, task=None) -> ToolCall:
+    """Wait until the call has ended, sending heartbeats while it is pending and passing on
+    upstream progress while it runs. The client going away (its request cancelled) cancels
+    the call: out of the inbox at once if pending, cancelled upstream if running."""
+    meta = (ctx.params or {}).get("_meta")
+    wants_progress = isinstance(meta, dict) and meta.get("progressToken") is not None
+    layer = get_channel_layer()
+    group = control.call_group(str(call.id))
+    # A run in this process that nobody wants progress of ends through its task alone.
+    channel = await layer.new_channel() if task is None or wants_progress else None
+    if channel is not None:
+        await layer.group_add(group, channel)
+    key = None
+    sid = None if is_modern(ctx) else ctx.request.headers.get("mcp-session-id")
+    done = False
+    try:
+        with anyio.CancelScope() as scope:
+            if sid and ctx.request_id is not None:
+                key = Inflight.key(sid, ctx.request_id)
+                INFLIGHT.add(key, scope)
+            call = await _wait(ctx, call, task, layer, channel, wants_progress)
+            done = True
+        if not done:
+            log.info("call %s: the MCP client went away", call.id)
+    finally:
+        if key is not None:
+            INFLIGHT.discard(key)
+        with anyio.CancelScope(shield=True):
+            if not done:
+                await _abandon(call)
+                call = await db.run(_get, call.id) or call
+            if channel is not None:
+                await layer.group_discard(group, channel)
+    return call
+
+
+def _get(call_id) -> ToolCall | None:
+    return ToolCall.objects.filter(id=call_id).first()
+
+
+async def _abandon(call: ToolCall) -> None:
+    """Nobody waits for this call any more: cancel it (SPEC 13.3)."""
+    try:
+        ended, tell_owner = await db.run(calls.cancel, call.id)
+    except calls.CallError:
+        return  # it ended meanwhile
+    except Exception:
+        log.exception("could not cancel abandoned call %s", call.id)
+        return
+    if tell_owner:
+        await control.cancel_call(ended)
+    else:
+        await calls.announce(str(ended.id))
+
+
+async def _wait(ctx, call: ToolCall, task, layer, channel: str | None, wants_progress: bool) -> ToolCall:
+    loop = asyncio.get_running_loop()
+    waiting = f"waiting for approval: {settings.AGENVOY_PUBLIC_URL}/pending/"
+    beats = 0
+    next_beat = loop.time()
+    reread = task is None
+    while True:
+        if reread:
+            fresh = await db.run(_get, call.id)
+            if fresh is None:
+                return call
+            call = fresh
+            if call.ended:
+                return call
+            if call.status == "pending" and call.expires_at and call.expires_at <= timezone.now():
+                if await db.run(calls.expire, call.id):
+                    await calls.announce(str(call.id))
+                continue
+        pending = call.status == "pending"
+        if pending and wants_progress and loop.time() >= next_beat:
+            beats += 1
+            await ctx.session.report_progress(beats, None, waiting)
+            next_beat = loop.time() + HEARTBEAT
+        timeout = min(1.0, max(0.0, next_beat - loop.time())) if pending and wants_progress else 1.0
+        message = await _next(layer, channel, task, timeout)
+        if message == "task":
+            final, task = task.result() if not task.cancelled() and not task.exception() else None, None
+            if final is not None:
+                for field, value in final.items():
+                    setattr(call, field, value)
+                if call.ended:
+                    return call
+            reread = True
+        elif message and message.get("type") == "call.progress":
+            await ctx.session.report_progress(
+                message["progress"], message.get("total"), message.get("message")
+            )
+            reread = False
+        else:
+            reread = task is None
+
+
+async def _next(layer, channel: str | None, task, timeout: float):
+    """The next channel message, "task" when the local run ended, or None after `timeout`."""
+    if channel is None:
+        if task is None:  # the local run ended and the row is read again every second
+            await asyncio.sleep(timeout)
+            return None
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        return "task" if done else None
+    receive = asyncio.ensure_future(layer.receive(channel))
+    waits = {receive} if task is None else {receive, task}
+    try:
+        done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not receive.done():
+            receive.cancel()
+    if receive in done:
+        return receive.result()
+    if task is not None and task in done:
+        return "task"
+    return None
+
+
+# --- approval_prompt (SPEC 13.5) ----------------------------------------------------------------
+
+
+async def _permission_prompt(ctx, params, token: ApiToken) -> dict:
+    if params.name != PERMISSION_TOOL:
+        raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name}")
+    args = params.arguments or {}
+    try:
+        call = await db.run(
+            calls.create_permission_prompt,
+            token,
+            args.get("tool_name"),
+            args.get("input"),
+            session_of(ctx, token),
+            args.get("tool_use_id"),
+        )
+    except calls.CallError as exc:
+        return text_result(exc.message, True)
+    if call.status == "pending":
+        await calls.announce(str(call.id))
+    # A reply ends a permission prompt at once (nothing runs): the answer is how it ended.
+    call = await hold(ctx, call)
+    return text_result(json.dumps(calls.permission_answer(call)), False)
+
+
+# --- the handshake ------------------------------------------------------------------------------
+
+
+class ConsoleMiddleware:
+    """Per-view instructions on `initialize` and `server/discover`; a 2025 session stays on
+    the endpoint it was opened on, and is tracked for list_changed."""
+
+    def __init__(self, changes) -> None:
+        self.changes = changes
+
+    async def __call__(self, ctx, call_next):
+        if ctx.request is None or VIEW_KEY not in ctx.request.scope:
+            return await call_next(ctx)
+        view = ctx.request.scope[VIEW_KEY]
+        connection = getattr(ctx.session, "_connection", None)
+        if ctx.method in ("initialize", "server/discover"):
+            result = dict(await call_next(ctx))
+            text = await db.run(instructions_for, view)
+            if text:
+                result["instructions"] = text
+            else:
+                result.pop("instructions", None)
+            if ctx.method == "initialize" and connection is not None:
+                connection.state[VIEW_KEY] = view
+                self.changes.track(connection, view)
+            return result
+        if connection is not None and connection.state.get(VIEW_KEY, view) != view:
+            raise MCPError(INVALID_REQUEST, "this session was opened on another MCP endpoint")
+        return await call_next(ctx)

@@ -1,0 +1,72 @@
+// A client of the console's MCP endpoint built on the official TypeScript SDK (what Claude Code
+// and Cursor are built on), driven by tests/test_mcp_endpoint.py.
+//
+//   node tests/mcp_ts_client.mjs <url> <token>
+//
+// Reads one JSON command per line on stdin and writes one JSON event per line on stdout:
+//   {"id": 1, "op": "list"}                                   -> {"id": 1, "tools": [...]}
+//   {"id": 2, "op": "call", "name": "...", "arguments": {},
+//    "timeout": 15000, "progress": true}                      -> {"id": 2, "progress": {...}} ...
+//                                                                {"id": 2, "result": {...}} or {"id": 2, "error": "..."}
+//   {"id": 3, "op": "close"}                                  -> {"id": 3, "closed": true}, then exits
+// Unprompted: {"event": "connected", ...} and {"event": "list_changed", "at": <ms since epoch>}.
+
+import readline from "node:readline";
+
+const sdk = new URL("../servers/node_modules/@modelcontextprotocol/sdk/dist/esm/", import.meta.url);
+const { Client } = await import(new URL("client/index.js", sdk));
+const { StreamableHTTPClientTransport } = await import(new URL("client/streamableHttp.js", sdk));
+const { ToolListChangedNotificationSchema } = await import(new URL("types.js", sdk));
+
+const [url, token] = process.argv.slice(2);
+const out = (event) => process.stdout.write(JSON.stringify(event) + "\n");
+
+const client = new Client({ name: "agenvoy-ts-test", version: "1.0.0" });
+client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
+  out({ event: "list_changed", at: Date.now() });
+});
+const transport = new StreamableHTTPClientTransport(new URL(url), {
+  requestInit: { headers: { Authorization: `Bearer ${token}` } },
+});
+await client.connect(transport);
+out({
+  event: "connected",
+  session: transport.sessionId ?? null,
+  protocol: transport.protocolVersion ?? null,
+  server: client.getServerVersion(),
+  instructions: client.getInstructions() ?? null,
+});
+
+function call(cmd) {
+  const options = {
+    timeout: cmd.timeout ?? 60000,
+    resetTimeoutOnProgress: true,
+  };
+  if (cmd.progress) {
+    options.onprogress = (progress) => out({ id: cmd.id, progress, at: Date.now() });
+  }
+  client.callTool({ name: cmd.name, arguments: cmd.arguments ?? {} }, undefined, options).then(
+    (result) => out({ id: cmd.id, result, at: Date.now() }),
+    (error) => out({ id: cmd.id, error: String(error?.message ?? error), code: error?.code ?? null, at: Date.now() }),
+  );
+}
+
+const lines = readline.createInterface({ input: process.stdin });
+for await (const line of lines) {
+  if (!line.trim()) continue;
+  const cmd = JSON.parse(line);
+  try {
+    if (cmd.op === "list") {
+      out({ id: cmd.id, tools: (await client.listTools()).tools });
+    } else if (cmd.op === "call") {
+      call(cmd);
+    } else if (cmd.op === "close") {
+      await client.close();
+      out({ id: cmd.id, closed: true });
+      process.exit(0);
+    }
+  } catch (error) {
+    out({ id: cmd.id, error: String(error?.message ?? error), code: error?.code ?? null });
+  }
+}
+await client.close();
