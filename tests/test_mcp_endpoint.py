@@ -46,8 +46,8 @@ def c(tmp_path_factory):
 
 
 @asynccontextmanager
-async def mcp_client(c, path="/mcp", mode="auto", message_handler=None):
-    headers = {"Authorization": f"Bearer {c.token}"}
+async def mcp_client(c, path="/mcp", mode="auto", message_handler=None, token=None):
+    headers = {"Authorization": f"Bearer {token or c.token}"}
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
         transport = streamable_http_client(c.url + path, http_client=http)
         async with Client(transport, mode=mode, message_handler=message_handler) as client:
@@ -656,3 +656,60 @@ def _quietly(fn) -> None:
         anyio.run(fn)
     except BaseException:  # the console went away under it: that is the point
         pass
+
+
+def test_it_serves_every_endpoint_to_every_role_and_gates_replies_by_role(c):
+    # SPEC 12.1: every role may use the MCP endpoints; a held call is answered by another
+    # token with the right to reply, never by the token that made it.
+    tokens = {role: c._insert_token(f"mcp-{role}", role) for role in ("agent", "approver", "admin")}
+
+    async def lists(token):
+        seen = {}
+        for path in ("/mcp", "/mcp/echo", "/mcp/_permission"):
+            async with mcp_client(c, path, "auto", token=token) as client:
+                seen[path] = {t.name for t in (await client.list_tools()).tools}
+        return seen
+
+    for token in tokens.values():
+        seen = anyio.run(lists, token)
+        assert "echo__echo" in seen["/mcp"] and "echo" in seen["/mcp/echo"]
+        assert seen["/mcp/_permission"] == {"approval_prompt"}
+
+    async def held():
+        async with mcp_client(c, "/mcp", "auto", token=tokens["agent"]) as client:
+            async with anyio.create_task_group() as tg:
+                box = {}
+
+                async def call():
+                    box["r"] = await client.call_tool("echo__echo", {"text": "held for roles"})
+
+                tg.start_soon(call)
+                with anyio.fail_after(10):
+                    while not (
+                        mine := [
+                            p
+                            for p in await in_thread(pending_for, c, "mcp__echo__echo")
+                            if p["tool_args"] == {"text": "held for roles"}
+                        ]
+                    ):
+                        await anyio.sleep(0.05)
+                path = f"/v1/session/{mine[0]['session_id']}/confirm/{mine[0]['id']}"
+
+                def post(token):
+                    return httpx2.post(
+                        c.url + path, json={"approve": True}, headers={"Authorization": f"Bearer {token}"}
+                    )
+
+                own, other_agent = await in_thread(post, tokens["agent"]), None
+                with c.client_for("agent") as second:
+                    other_agent = await in_thread(lambda: second.post(path, json={"approve": True}))
+                approver = await in_thread(post, tokens["approver"])
+            return own, other_agent, approver, box["r"]
+
+    own, other_agent, approver, result = anyio.run(held)
+    assert (own.status_code, own.json()) == (403, {"error": "a token may not reply to its own call"})
+    assert (other_agent.status_code, other_agent.json()) == (
+        403,
+        {"error": "this token may not reply to confirmations"},
+    )
+    assert approver.status_code == 200 and result.content[0].text == "held for roles"

@@ -287,3 +287,47 @@ def test_it_fails_over_when_a_worker_is_killed_without_losing_calls(cluster):
         else:
             assert body["error"].startswith(f"server {n} is not connected"), body
         assert secs < 45
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_it_holds_an_mcp_call_on_one_web_process_and_answers_it_after_approval_on_the_other(cluster, mode):
+    # SPEC 13.1: every web process serves /mcp; a call held on web 1 is approved on web 2's
+    # Pending page and answered on web 1, while the servers stay with the workers.
+    import anyio
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    wait_until(lambda: all_connected(cluster), 30, 0.2)
+    browser = signed_in_browser(cluster, 1)
+    text = f"held on web 1 ({mode})"
+    out: dict = {}
+
+    async def call() -> None:
+        headers = {"Authorization": f"Bearer {cluster.token}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120)) as http:
+            transport = streamable_http_client(cluster.webs[0] + "/mcp", http_client=http)
+            async with Client(transport, mode=mode) as client:
+                out["tools"] = {t.name for t in (await client.list_tools()).tools}
+                out["result"] = await client.call_tool("s4__echo", {"text": text})
+
+    t = threading.Thread(target=lambda: anyio.run(call))
+    t.start()
+    page = wait_until(
+        lambda: (html := browser.get("/pending/").text) and text in html and html,
+        20,
+        what="the held MCP call shown on web 2",
+    )
+    card = next(a for a in page.split("<article")[1:] if text in a)
+    form = re.search(r'<form[^>]+action="(/pending/[^"]+/reply/)"', card).group(1)
+    session = re.search(r'name="session_id" value="([^"]+)"', card).group(1)
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    r = browser.post(
+        form,
+        data={"csrfmiddlewaretoken": csrf, "session_id": session, "action": "approve"},
+        headers={"Referer": cluster.webs[1] + "/pending/"},
+    )
+    assert r.status_code == 200
+    t.join(30)
+    assert not t.is_alive()
+    assert {f"{n}__echo" for n in SERVERS} <= out["tools"]
+    assert not out["result"].is_error and out["result"].content[0].text == text
