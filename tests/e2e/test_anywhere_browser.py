@@ -9,7 +9,6 @@ Screenshots of every page at 390 and 1280 px go to artifacts/anywhere/ (not comm
 import json
 from pathlib import Path
 
-import httpx2
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
@@ -206,11 +205,7 @@ def test_it_updates_a_confirmation_page_when_someone_else_decides(page, console)
     page.goto(f"/pending/{body['confirm_id']}/")
     page.wait_for_function("window.agvLive === true")
     expect(page.get_by_role("button", name="Approve", exact=True)).to_be_visible()
-    r = httpx2.post(
-        f"{console.url}/v1/session/{body['session_id']}/confirm/{body['confirm_id']}",
-        json={"approve": False, "reason": "by the API"},
-        headers={"Authorization": f"Bearer {console.token}"},
-    )
+    r = console.reply(body["session_id"], body["confirm_id"], {"approve": False, "reason": "by the API"})
     assert r.status_code == 200
     expect(page.get_by_text("Reason: by the API")).to_be_visible()
     expect(page.get_by_role("button", name="Approve", exact=True)).to_have_count(0)
