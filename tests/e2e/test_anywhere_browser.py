@@ -7,12 +7,11 @@ Screenshots of every page at 390 and 1280 px go to artifacts/anywhere/ (not comm
 """
 
 import json
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT
+from tests.e2e.browser import DESKTOP, PHONE, TIMEOUT, console_with_user, launch, shoot_into
 from tests.live import ROOT, Console, our_server, wait_until
 from tests.test_notify import Receiver, verify
 
@@ -20,8 +19,6 @@ pytestmark = pytest.mark.e2e
 
 SHOTS = ROOT / "artifacts" / "anywhere"
 USER, PASSWORD = "oncall", "e2e-password-2"
-PHONE = {"width": 390, "height": 844}
-DESKTOP = {"width": 1280, "height": 900}
 
 # Replaces the Notification constructor with one that records what it was asked to show (the
 # permission stays the browser context's); and lets a test put the page "in the background".
@@ -56,15 +53,12 @@ def receiver():
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory):
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (make setup-test installs it)")
-    c = Console(tmp_path_factory.mktemp("anywhere"), {"echo": our_server("echo.py")})
-    c.env["AGENVOY_PUBLIC_URL"] = "https://approve.example"
-    c.manage(
-        "shell",
-        "-c",
-        "from django.contrib.auth.models import User; "
-        f"User.objects.create_user({USER!r}, password={PASSWORD!r})",
+    c = console_with_user(
+        tmp_path_factory.mktemp("anywhere"),
+        {"echo": our_server("echo.py")},
+        USER,
+        PASSWORD,
+        {"AGENVOY_PUBLIC_URL": "https://approve.example"},
     )
     c.start()
     c.wait_connected("echo")
@@ -75,14 +69,13 @@ def console(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        b = launch(pw)
         yield b
         b.close()
 
 
 @pytest.fixture(scope="module")
 def page(console, browser):
-    SHOTS.mkdir(parents=True, exist_ok=True)
     context = browser.new_context(viewport=DESKTOP, base_url=console.url)
     context.grant_permissions(["notifications"], origin=console.url)
     context.add_init_script(RECORD_NOTIFICATIONS)
@@ -93,11 +86,7 @@ def page(console, browser):
 
 
 def shoot(page: Page, name: str) -> None:
-    for size in (DESKTOP, PHONE):
-        page.set_viewport_size(size)
-        page.wait_for_timeout(150)
-        page.screenshot(path=str(SHOTS / f"{name}-{size['width']}.png"), full_page=True)
-    page.set_viewport_size(DESKTOP)
+    shoot_into(page, SHOTS, name)
 
 
 def nav(page: Page, name: str):

@@ -11,44 +11,24 @@ import os
 import re
 import signal
 import threading
-from pathlib import Path
 
 import httpx2
 import psutil
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
+from tests.e2e.browser import DESKTOP, TIMEOUT, console_with_user, launch, shoot_into
 from tests.live import EVERYTHING, ROOT, Console, wait_until
 
 pytestmark = pytest.mark.e2e
 
 SHOTS = ROOT / "artifacts" / "screenshots"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 USER, PASSWORD = "operator", "e2e-password-1"
-TIMEOUT = 30_000  # ms, for anything that waits on a server (generous: CI machines get busy)
 
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory):
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (make setup-test installs it)")
-    c = Console(tmp_path_factory.mktemp("e2e"), {}, {"AGENVOY_PING_SECONDS": "1"})
-    c.manage(
-        "shell",
-        "-c",
-        "from django.contrib.auth.models import User; "
-        f"User.objects.create_user({USER!r}, password={PASSWORD!r})",
-    )
+    c = console_with_user(tmp_path_factory.mktemp("e2e"), {}, USER, PASSWORD, {"AGENVOY_PING_SECONDS": "1"})
     c.start()
     yield c
     c.close()
@@ -56,10 +36,9 @@ def console(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(console):
-    SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=console.url)
+        browser = launch(pw)
+        context = browser.new_context(viewport=DESKTOP, base_url=console.url)
         context.set_default_timeout(TIMEOUT)
         p = context.new_page()
         yield p
@@ -68,12 +47,7 @@ def page(console):
 
 
 def shoot(page: Page, name: str) -> None:
-    """Full-page screenshots at desktop and phone width."""
-    for width in (1280, 390):
-        page.set_viewport_size({"width": width, "height": 900 if width > 400 else 844})
-        page.wait_for_timeout(100)
-        page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
-    page.set_viewport_size({"width": 1280, "height": 900})
+    shoot_into(page, SHOTS, name)
 
 
 def nav(page: Page, name: str):

@@ -1,0 +1,53 @@
+"""What every browser test needs: Chromium as this image has it, a console with a person who
+can sign in, and shots at desktop and phone width."""
+
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page
+
+from tests.live import Console
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+TIMEOUT = 30_000  # ms, for anything that waits on a server (generous: CI machines get busy)
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+
+def console_with_user(
+    base: Path, servers: dict, user: str, password: str, env: dict | None = None
+) -> Console:
+    """A console (not started yet) with one person who can sign in."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (make setup-test installs it)")
+    c = Console(base, servers, env)
+    c.manage(
+        "shell",
+        "-c",
+        f"from django.contrib.auth.models import User; User.objects.create_user({user!r}, password={password!r})",
+    )
+    return c
+
+
+def launch(pw):
+    return pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+def shoot_into(page: Page, folder: Path, name: str) -> None:
+    """Full-page screenshots at desktop and phone width (looked at by a person, not committed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for size in (DESKTOP, PHONE):
+        page.set_viewport_size(size)
+        page.wait_for_timeout(150)
+        page.screenshot(path=str(folder / f"{name}-{size['width']}.png"), full_page=True)
+    page.set_viewport_size(DESKTOP)
