@@ -15,7 +15,7 @@ from django.db.models import Count
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from .models import Server, ToolCall
+from .models import Server, SessionAllowance, ToolCall
 
 PENDING_SHOWN = 200  # the list and the badge stop counting here ("200+")
 
@@ -52,6 +52,12 @@ def server_with_count(name: str) -> Server | None:
 def pending_calls() -> list[ToolCall]:
     """The oldest pending confirmations first, one more than shown (to say "200+")."""
     return list(ToolCall.objects.filter(status="pending").order_by("created_at")[: PENDING_SHOWN + 1])
+
+
+def allowances() -> list[SessionAllowance]:
+    """Session allowances in force, newest first (the Pending page lists them)."""
+    rows = SessionAllowance.objects.filter(revoked_at__isnull=True).select_related("token")
+    return list(rows.order_by("-created_at")[:200])
 
 
 def badge_text(count: int) -> str:
@@ -122,6 +128,10 @@ def _render_pending(page: str) -> str:
     if page == "pending":
         context = pending_context(pending_calls())
         html = render_to_string("mcpcore/pending_list.html#pending-list", {**context, "oob": True})
+        # Allowances come and go with replies and revoked tokens: the same push keeps them current.
+        html += render_to_string(
+            "mcpcore/pending_list.html#allowances", {"allowances": allowances(), "oob": True}
+        )
         badge = context["pending_badge"]
     else:
         html, badge = "", badge_text(pending_count())

@@ -128,8 +128,9 @@ def parse_line(raw: str, number: int) -> Rule | None:
     line = raw.strip()
     if not line or line.startswith("#"):
         return None
-    decision, _, pattern = line.partition(" ") if " " in line else line.partition("\t")
-    decision, pattern = decision.strip(), pattern.strip()
+    # The decision ends at the first run of white space (spaces or tabs).
+    decision, pattern = (line.split(None, 1) + [""])[:2]
+    pattern = pattern.strip()
     if decision not in _RANK:
         raise RuleError(number, f'unknown decision "{decision}" (use allow, ask or deny)')
     if not pattern:
@@ -163,7 +164,8 @@ def _parse_args(inner: str, number: int) -> tuple[tuple[str, Glob], ...]:
         key = key.strip()
         if not colon or not _ARG_NAME_RE.fullmatch(key):
             raise RuleError(number, f'expected <arg>:<glob>, got "{item.strip()}"')
-        out.append((key, Glob(glob)))
+        # White space around the glob is layout (`path: /etc/*`); `?` matches a real space.
+        out.append((key, Glob(glob.strip())))
     return tuple(out)
 
 

@@ -481,11 +481,6 @@ def tool_try(request: HttpRequest, name: str) -> HttpResponse:
 # --- pending confirmations --------------------------------------------------------------------
 
 
-def _allowances() -> list[SessionAllowance]:
-    rows = SessionAllowance.objects.filter(revoked_at__isnull=True).select_related("token")
-    return list(rows.order_by("-created_at")[:200])
-
-
 @login_required
 @require_safe
 @htmx_page
@@ -499,7 +494,7 @@ def pending(request: HttpRequest) -> HttpResponse:
             notes=False,
             oob=("base.html#pending-badge",),
         )
-    context.update(allowances=_allowances(), live_page="pending")
+    context.update(allowances=live.allowances(), live_page="pending")
     return render(request, "mcpcore/pending_list.html", context)
 
 
@@ -522,7 +517,7 @@ def pending_reply(request: HttpRequest, confirm_id: str) -> HttpResponse:
             async_to_sync(calls.announce)(str(call.id))
             messages.success(request, _reply_message(call))
     if request.htmx:
-        context = {**live.pending_context(live.pending_calls()), "allowances": _allowances()}
+        context = {**live.pending_context(live.pending_calls()), "allowances": live.allowances()}
         return _fragment(
             request,
             "mcpcore/pending_list.html#pending-list",
@@ -549,7 +544,7 @@ def allowance_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     if SessionAllowance.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
         messages.success(request, f"Revoked the allowance of session {row.session_id}.")
     if request.htmx:
-        return _fragment(request, "mcpcore/pending_list.html#allowances", {"allowances": _allowances()})
+        return _fragment(request, "mcpcore/pending_list.html#allowances", {"allowances": live.allowances()})
     return redirect("pending")
 
 
@@ -712,6 +707,9 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     for call_id in ended:
         # Open Pending pages drop them live; anyone waiting on them wakes up.
         async_to_sync(calls.announce)(call_id)
+    if revoked and not ended:
+        # Its session allowances ended too: open Pending pages drop them.
+        control.send_group(control.PENDING, {"type": "pending.changed", "call_id": ""})
     if revoked:
         extra = f" and cancelled its {len(ended)} pending call(s)" if ended else ""
         messages.success(request, f"Revoked token {row.name}{extra}.")

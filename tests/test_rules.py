@@ -94,6 +94,18 @@ def test_it_takes_the_first_line_among_equal_decisions():
     assert decide(text, "mcp__a__b", {}) == "deny mcp__a__*"
 
 
+def test_it_reads_spaces_and_tabs_as_layout_between_decision_pattern_and_glob():
+    for text in (
+        "deny\tmcp__a__b(path:/my docs/*)",
+        "deny  mcp__a__b(path: /my docs/*)",
+        "deny \t mcp__a__b( path:/my docs/* )",
+    ):
+        (rule,) = parse(text)
+        assert (rule.decision, rule.name) == ("deny", "mcp__a__b"), text
+        assert decide(text, "mcp__a__b", {"path": "/my docs/x"}), text
+        assert not decide(text, "mcp__a__b", {"path": " /my docs/x"}), text
+
+
 def test_it_matches_globs_on_the_whole_value():
     text = "deny mcp__a__b(path:/etc/*)\ndeny mcp__a__c(code:A?C)\n"
     assert decide(text, "mcp__a__b", {"path": "/etc/"})

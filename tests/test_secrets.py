@@ -159,3 +159,13 @@ def test_it_creates_the_data_folder_database_and_secret_key_owner_only(tmp_path)
     assert _mode(data) == 0o700
     assert _mode(data / "db.sqlite3") == 0o600
     assert _mode(data / "secret_key") == 0o600
+
+
+def test_it_logs_no_content_of_a_server_line_that_is_not_json_rpc(caplog):
+    # A server can echo its arguments or environment, expanded secrets included (SPEC 12.3).
+    from mcpcore.supervisor import stdio
+
+    with caplog.at_level("WARNING", logger="mcpcore"):
+        outcome = stdio._parse(b"junk sekrit-value-42")
+    assert isinstance(outcome, Exception)
+    assert "not JSON-RPC" in caplog.text and "sekrit" not in caplog.text

@@ -104,7 +104,8 @@ def _parse(line: bytes) -> SessionMessage | Exception:
     try:
         return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError as exc:
-        log.warning("server wrote a line that is not JSON-RPC: %.200r", line)
+        # Not the line itself: it can hold expanded secret values (SPEC 12.3).
+        log.warning("server wrote a line of %d bytes that is not JSON-RPC", len(line))
         return exc
 
 

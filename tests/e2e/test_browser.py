@@ -10,6 +10,7 @@ Screenshots of the main pages at 1280 and 390 px go to artifacts/screenshots/.
 import os
 import re
 import signal
+import sqlite3
 import threading
 
 import httpx2
@@ -242,9 +243,17 @@ def test_it_creates_a_token_shown_once_and_revokes_it(page, console):
 
 def test_it_drops_a_revoked_tokens_pending_calls_from_an_open_pending_page(page, console):
     token = console._insert_token("leaving-agent", "agent")
+    with sqlite3.connect(console.data / "db.sqlite3") as db:
+        db.execute(
+            "insert into mcpcore_sessionallowance (session_id, token_id, granted_by, created_at)"
+            " select 'leaving-session', id, 'op', datetime('now') from mcpcore_apitoken where name = ?",
+            ("leaving-agent",),
+        )
     inbox = page.context.new_page()
     try:
         inbox.goto("/pending/")
+        allowance = inbox.locator("#allowances tr", has_text="leaving-session")
+        expect(allowance).to_have_count(1)
         wait_live(inbox)
         mark_no_reload(inbox)
         boxes = [
@@ -257,8 +266,9 @@ def test_it_drops_a_revoked_tokens_pending_calls_from_an_open_pending_page(page,
         page.once("dialog", lambda dialog: dialog.accept())
         page.locator("tr", has_text="leaving-agent").get_by_role("button", name="Revoke").click()
         expect(page.locator("tr", has_text="leaving-agent")).to_contain_text("revoked")
-        # Gone from the open inbox by push, without a reload.
+        # Gone from the open inbox by push, without a reload, and its session allowance too.
         expect(items).to_have_count(0)
+        expect(allowance).to_have_count(0)
         assert_no_reload(inbox)
         for box in boxes:
             done = answer(box)
