@@ -183,9 +183,14 @@ def reply_refusal(token: ApiToken, call: ToolCall) -> None:
         raise may_not("reply to confirmations")
 
 
-def api_view(methods: tuple[str, ...]) -> Callable:
+def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Callable:
     """Token auth, allowed methods, the token's rights (RIGHTS) and JSON errors for a `/v1`
     view (sync or async; either way the result is an async view).
+
+    `prepare(request)`, for an async view, is sync database work done in the same trip to the
+    database thread as the auth, inside a shared write transaction (`db.write`: it must raise
+    before it writes); its result is `request.prepared`. The call path uses it so that a call
+    costs one trip before it runs.
 
     The view gets the token as `request.api_token`; ApiError becomes its JSON answer, and any
     other exception a logged 500 without details (never a traceback in the answer).
@@ -209,11 +214,23 @@ def api_view(methods: tuple[str, ...]) -> Callable:
                 return error(exc.message, exc.status)
             return None
 
+        def precheck_and_prepare(request: HttpRequest, kwargs: dict) -> JsonResponse | None:
+            denied = precheck(request, kwargs)
+            if denied is None:
+                try:
+                    request.prepared = prepare(request)
+                except ApiError as exc:
+                    return error(exc.message, exc.status)
+            return denied
+
         if is_async:
 
             @functools.wraps(view)
             async def handler(request: HttpRequest, *args, **kwargs):
-                denied = await db.run(precheck, request, kwargs)
+                if prepare is None:
+                    denied = await db.run(precheck, request, kwargs)
+                else:
+                    denied = await db.write(precheck_and_prepare, request, kwargs)
                 if denied is not None:
                     return denied
                 try:

@@ -4,7 +4,7 @@ import asyncio
 
 from django.http import HttpRequest, JsonResponse
 
-from .. import allowlist, control, db, files, names, serverconfig
+from .. import allowlist, control, files, names, serverconfig
 from ..models import Server, Tool, mask_config
 from .auth import ApiError, api_view, json_body, reply_refusal, visible_calls
 
@@ -141,15 +141,14 @@ def _who(request: HttpRequest) -> str:
     return f"token:{token.name}" if token is not None else ""
 
 
-@api_view(("POST",))
-async def mcp_call(request: HttpRequest) -> JsonResponse:
+def _create_call(request: HttpRequest):
+    """`calls.create` for `POST /v1/mcp/call`, in the same database trip as the auth."""
     from .. import calls
 
     body = json_body(request)
-    wait = _wait_seconds(body.get("wait"), 30.0)
+    request.wait_seconds = _wait_seconds(body.get("wait"), 30.0)
     try:
-        call = await db.write(
-            calls.create,
+        return calls.create(
             request.api_token,
             "",
             body.get("name"),
@@ -159,6 +158,13 @@ async def mcp_call(request: HttpRequest) -> JsonResponse:
         )
     except calls.CallError as exc:
         raise ApiError(exc.message, exc.status) from None
+
+
+@api_view(("POST",), prepare=_create_call)
+async def mcp_call(request: HttpRequest) -> JsonResponse:
+    from .. import calls
+
+    call, wait = request.prepared, request.wait_seconds
     await calls.submit(call)
     return _answer(await _until_gone(request, calls.wait(call, wait), wait))
 
