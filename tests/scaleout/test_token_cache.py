@@ -23,7 +23,7 @@ def test_it_refuses_a_token_revoked_on_one_web_process_at_once_on_the_other(clus
     token = cluster.manage("create_token", "leaving", "--role", "agent").strip()
     pk = cluster.manage(
         "shell", "-c", "from mcpcore.models import ApiToken; print(ApiToken.objects.get(name='leaving').pk)"
-    ).strip()
+    ).split()[-1]
     headers = {"Authorization": f"Bearer {token}"}
     clients = [httpx2.Client(base_url=url, timeout=60, headers=headers) for url in cluster.webs]
     try:
