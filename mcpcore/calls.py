@@ -146,8 +146,9 @@ def create(
     mode: object,
     via: str = "rest",
 ) -> ToolCall:
-    """Validate a call request, run it through the gate, and record it (SPEC 5, 7). Sync:
-    run it with `db.write` (its INSERT shares a commit with the writes queued beside it).
+    """Validate a call request, run it through the gate, and record it (SPEC 5, 7). Sync;
+    from async code run it with `db.write`, so its INSERT shares a commit with the writes
+    queued beside it (a sync page calls it directly).
 
     A call that runs at once is recorded `running`; when the supervisor of this process holds
     its server, already claimed by it (nobody else can see the row before it is committed, so
