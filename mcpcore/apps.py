@@ -1,7 +1,14 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class McpcoreConfig(AppConfig):
     name = "mcpcore"
     verbose_name = "MCP console"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from .cache import install_triggers
+
+        # After every migrate (and test-database flush): the cache generation's triggers.
+        post_migrate.connect(install_triggers, sender=self, dispatch_uid="mcpcore-cache-triggers")

@@ -1,6 +1,17 @@
-"""Tool calls from request to result, on the database: the gate flow around `gate.decide`,
-replies to confirmations, expiry, cancellation, and waiting for a call to end. Used by the web
-side and the supervisor alike; nothing here imports `mcp`."""
+"""Tool calls from request to result. Every door (`POST /v1/mcp/call`, a page's try-it, the
+MCP endpoint) takes the same three steps, and every reply to a confirmation the same one:
+
+    call = await db.write(calls.create, ...)   # validate, gate, record (one INSERT)
+    await calls.submit(call)                   # pending: the inbox is told; approved: it runs
+    call = await calls.wait(call, seconds)     # the ended call, or as it is after `seconds`
+    await calls.respond(...)                   # a person's reply: record, run if approved, tell
+
+An approved call runs in the supervisor that holds its server's session. When that is the
+supervisor of this process (`attach`ed by the process wiring), the call is recorded already
+claimed by it, runs as a task here, and `wait` waits on that task; otherwise the owner is told
+through the channel layer and `wait` watches the call's group and the database. Who ends a call
+writes it with one conditional UPDATE (`finish`). Nothing here imports `mcp`.
+"""
 
 import asyncio
 import datetime
@@ -8,16 +19,54 @@ import functools
 import json
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
+import anyio
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
-from . import allowlist, control, db, files, gate, rules
-from .models import AllowEntry, ApiToken, PermissionGrant, Server, SessionAllowance, Tool, ToolCall, Worker
+from . import allowlist, cache, control, db, files, gate, rules, store
+from .models import AllowEntry, ApiToken, PermissionGrant, Server, SessionAllowance, ToolCall, Worker
 
 log = logging.getLogger("mcpcore.calls")
+
+
+class Runner(Protocol):
+    """What the call path needs of the supervisor in this process (`supervisor.Supervisor`):
+
+    - `name`: the worker name calls it claims are recorded under;
+    - `holds(server_name)`: whether it holds that server's session (read from any thread);
+    - `run(call)`: run a call claimed for it, as a task whose result is the ended call
+      (None when someone else ended it first, say a cancel);
+    - `pick_up(call_id)`: claim a recorded, approved call (`claim`) and run it;
+    - `cancel(call_id)`: cancel a call it runs (its task's end records `cancelled`).
+    """
+
+    name: str
+
+    def holds(self, server_name: str) -> bool: ...
+
+    def run(self, call: ToolCall) -> "asyncio.Task[ToolCall | None]": ...
+
+    def pick_up(self, call_id: str) -> None: ...
+
+    def cancel(self, call_id: str) -> bool: ...
+
+
+_runner: Runner | None = None
+_local: dict[str, asyncio.Task] = {}  # calls running in this process, for `wait`
+
+
+def attach(runner: Runner | None) -> None:
+    """Called by the process wiring (`serve`, tests) with the supervisor of this process, and
+    with None when it stops. A web process without one (scale-out) reaches workers only
+    through the database and the channel layer."""
+    global _runner
+    _runner = runner
 
 
 class CallError(Exception):
@@ -95,13 +144,15 @@ def create(
     arguments: object,
     session_id: object,
     mode: object,
-    local=None,
     via: str = "rest",
 ) -> ToolCall:
-    """Validate a call request, run it through the gate, and record it (SPEC 5, 7).
+    """Validate a call request, run it through the gate, and record it (SPEC 5, 7). Sync;
+    from async code run it with `db.write`, so its INSERT shares a commit with the writes
+    queued beside it (a sync page calls it directly).
 
-    `local(server) -> worker name or None` says whether this process's supervisor holds the
-    server: a call that runs at once is then recorded as already claimed by it.
+    A call that runs at once is recorded `running`; when the supervisor of this process holds
+    its server, already claimed by it (nobody else can see the row before it is committed, so
+    this claim needs no condition), else unclaimed, for `claim` by the server's owner.
     """
     if not isinstance(name, str) or not name.strip():
         raise CallError("name is required", 400)
@@ -123,7 +174,7 @@ def create(
     norm = gate.normalize_mode(mode)
     if norm is None:
         raise CallError(f"unknown mode: {mode}", 400)
-    tool = Tool.objects.select_related("server").filter(registered_name=name.strip()).first()
+    tool = cache.tool(name.strip())
     if tool is None:
         raise CallError(f"unknown tool: {name}", 404)
     server = tool.server
@@ -136,7 +187,10 @@ def create(
     @functools.cache
     def changed() -> bool:
         """A trusted tool whose definition no longer matches its pin (SPEC 14.1)."""
-        return allowed(tool.registered_name) and files.pin_changed(tool.registered_name, tool.digest)
+        if not (allowed(tool.registered_name) and tool.digest):
+            return False
+        pinned = cache.pin(tool.registered_name)
+        return bool(pinned) and pinned != tool.digest
 
     decision = gate.decide(
         norm,
@@ -167,15 +221,15 @@ def create(
         call.decided_by, call.result = "rule", gate.denied_text(decision.rule)
     elif decision.run:
         call.status, call.decision, call.decided_at = "running", decision.reason, now
-        worker = local(server.name) if local is not None else None
-        if worker:
-            call.started_at, call.worker, call.attempts = now, worker, 1
+        runner = _runner
+        if runner is not None and runner.holds(server.name):
+            call.started_at, call.worker, call.attempts = now, runner.name, 1
     else:
         _limit_pending(token)
         call.status = "pending"
         call.confirm_id = uuid.uuid4()
         call.expires_at = now + datetime.timedelta(seconds=settings.AGENVOY_CONFIRM_TIMEOUT)
-    call.save()
+    store.insert(call)
     if call.status == "pending" and token is not None and not _still_live(token):
         # Revoked between this request's auth and now: revoke_token's sweep may have missed it.
         finish(call.id, "cancelled", TOKEN_REVOKED, decided_at=timezone.now())
@@ -202,18 +256,35 @@ def owner_channel(server_name: str) -> str | None:
     return Worker.objects.filter(name=owner).values_list("channel", flat=True).first()
 
 
+async def submit(call: ToolCall) -> None:
+    """Set a recorded call going: a pending confirmation is announced (inbox, pages, anyone
+    waiting); an approved call is handed to whoever holds its server; an ended one (a rule's
+    deny, an already granted permission prompt) needs nothing."""
+    if call.ended:
+        return
+    if call.status == "pending":
+        await announce(str(call.id))
+    else:
+        await dispatch(call)
+
+
 async def dispatch(call: ToolCall) -> None:
-    """Hand a running call to the worker that owns its server (if none, the next owner picks
-    it up from the database). The supervisor of this process takes its own calls directly."""
+    """Run an approved call where its server's session is: here when the supervisor of this
+    process holds it (claimed at creation, or claimed now), else on the owner's channel (if
+    there is no owner, the next one picks it up from the database)."""
     if call.is_permission_prompt:
         return  # answered by the reply itself; there is no server to run it on
-    local = control.local_supervisor
-    if local is not None and call.server_name in local.sessions:
-        local.spawn_call(str(call.id))
-        return
-    channel = await db.run(owner_channel, call.server_name)
-    if channel:
-        await get_channel_layer().send(channel, {"type": "call.run", "call_id": str(call.id)})
+    runner, call_id = _runner, str(call.id)
+    if runner is not None and call.worker == runner.name and call.started_at is not None:
+        task = runner.run(call)
+        _local[call_id] = task
+        task.add_done_callback(lambda _t: _local.pop(call_id, None))
+    elif runner is not None and runner.holds(call.server_name):
+        runner.pick_up(call_id)
+    else:
+        channel = await db.run(owner_channel, call.server_name)
+        if channel:
+            await get_channel_layer().send(channel, {"type": "call.run", "call_id": call_id})
 
 
 async def announce(call_id: str, pending: bool = True) -> None:
@@ -224,14 +295,149 @@ async def announce(call_id: str, pending: bool = True) -> None:
         await control.asend_group(control.PENDING, {"type": "pending.changed", "call_id": call_id})
 
 
+# Seconds between `on_heartbeat`s while a call is pending: well under the 10 s of SPEC 13.3, so
+# a client that resets a 15 s timer on progress never sees it run out.
+HEARTBEAT = 5.0
+
+
+async def wait(
+    call: ToolCall,
+    seconds: float,
+    on_progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None,
+    on_heartbeat: Callable[[], Awaitable[None]] | None = None,
+) -> ToolCall:
+    """The call once it has ended, or as it is after `seconds` (`inf`: until it ends).
+
+    A call running in this process is waited on through its task (no database read); any
+    other through the call's channel-layer group (pushed by whoever ends it), re-reading the
+    row on every wake and at least every second, so a missed message costs at most a second.
+    A pending call past its expiry is expired here. `on_progress(progress, total, message)`
+    gets the upstream server's progress while it runs; `on_heartbeat()` is called every
+    HEARTBEAT seconds while it is pending (SPEC 13.3). A cancelled wait (the client went away)
+    leaves the call as it is: cancelling it is the caller's decision.
+    """
+    if call.ended or seconds <= 0:
+        return call
+    call_id = str(call.id)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    task = _local.get(call_id)
+    layer = get_channel_layer()
+    # A run in this process that nobody wants progress of ends through its task alone.
+    channel = await layer.new_channel() if task is None or on_progress is not None else None
+    group = control.call_group(call_id)
+    if channel is not None:
+        await layer.group_add(group, channel)
+    next_beat = loop.time()
+    reread = task is None
+    try:
+        while True:
+            if reread:
+                fresh = await db.run(_get, call.id)
+                if fresh is None:
+                    return call
+                call = fresh
+                if call.ended:
+                    return call
+                if call.status == "pending" and call.expires_at and call.expires_at <= timezone.now():
+                    if await db.run(expire, call.id):
+                        await announce(call_id)
+                    continue
+            now = loop.time()
+            if now >= deadline:
+                return call
+            beating = on_heartbeat is not None and call.status == "pending"
+            if beating and now >= next_beat:
+                await on_heartbeat()
+                next_beat = now + HEARTBEAT
+            timeout = min(deadline - now, 1.0, max(0.0, next_beat - now) if beating else 1.0)
+            event = await _next(layer, channel, task, timeout)
+            if event == "task":
+                ended = None if task.cancelled() or task.exception() else task.result()
+                task = None
+                if ended is not None and ended.ended:
+                    return ended
+                reread = True
+            elif event and event.get("type") == "call.progress":
+                if on_progress is not None:
+                    await on_progress(event["progress"], event.get("total"), event.get("message"))
+                reread = False
+            else:
+                reread = task is None
+    finally:
+        if channel is not None:
+            with _shielded():
+                await layer.group_discard(group, channel)
+
+
+def _shielded() -> anyio.CancelScope:
+    return anyio.CancelScope(shield=True)
+
+
+async def _next(layer, channel: str | None, task, timeout: float):
+    """The next channel message, "task" when the local run ended, or None after `timeout`."""
+    if channel is None:
+        if task is None:
+            await asyncio.sleep(timeout)
+            return None
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        return "task" if done else None
+    receive = asyncio.ensure_future(layer.receive(channel))
+    waits = {receive} if task is None else {receive, task}
+    try:
+        done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not receive.done():
+            receive.cancel()
+    if receive in done:
+        return receive.result()
+    return "task" if task is not None and task in done else None
+
+
+async def get(call_id) -> ToolCall | None:
+    """The call as it is in the database (None when there is no such call)."""
+    return await db.run(_get, call_id)
+
+
+def _get(call_id) -> ToolCall | None:
+    return ToolCall.objects.filter(id=call_id).first()
+
+
+async def respond(session_id: str, confirm_id: str, body: dict, who: str, authorize=None) -> ToolCall:
+    """A person's reply to a pending confirmation, from any door (`/v1`, the pages): record it
+    (`reply`), run the call when approved, and tell the inbox and the waiters. Raises
+    ReplyError with the API's message and status."""
+    call = await db.run(reply, session_id, confirm_id, body, who, authorize)
+    if call.status == "running":
+        await dispatch(call)
+    await announce(str(call.id))
+    return call
+
+
 def finish(call_id, status: str, result: str, **fields) -> bool:
     """End a call once: a conditional update from pending/running, so no end is overwritten."""
-    return (
-        ToolCall.objects.filter(id=call_id, status__in=("pending", "running")).update(
-            status=status, result=result, ended_at=timezone.now(), **fields
-        )
-        == 1
+    return store.end(call_id, {"status": status, "result": result, "ended_at": timezone.now(), **fields})
+
+
+def finish_call(call: ToolCall, status: str, result: str, **fields) -> ToolCall | None:
+    """`finish` for the object the call path holds: on success the same fields are set on it
+    (it then is the row as stored), and it is returned; None when the call had already ended."""
+    ended = {"status": status, "result": result, "ended_at": timezone.now(), **fields}
+    if not store.end(call.id, ended):
+        return None
+    for key, value in ended.items():
+        setattr(call, key, value)
+    return call
+
+
+def claim(call_id, worker: str) -> ToolCall | None:
+    """Take a recorded, approved call no worker has started: a conditional UPDATE, so only
+    one worker ever gets it (the way every call is claimed, but the one `create` records
+    already claimed for this process, whose row nobody else could see yet)."""
+    claimed = ToolCall.objects.filter(id=call_id, status="running", started_at__isnull=True).update(
+        started_at=timezone.now(), worker=worker, attempts=F("attempts") + 1
     )
+    return ToolCall.objects.filter(id=call_id).first() if claimed == 1 else None
 
 
 class ReplyError(CallError):
@@ -374,43 +580,18 @@ def cancel(call_id) -> tuple[ToolCall, bool]:
     return call, True
 
 
-async def wait_ended(call_id, seconds: float) -> ToolCall | None:
-    """The call once it has ended, or as it is after `seconds` (None if it doesn't exist).
-
-    Waits on the call's channel-layer group (pushed by whoever ends it) and re-reads the row
-    on every wake and at least every second, so a missed message costs at most a second.
-    """
-
-    def get():
-        return db.run(lambda: ToolCall.objects.filter(id=call_id).first())
-
-    call = await get()
-    if call is None or call.ended or seconds <= 0:
-        return call
-    layer = get_channel_layer()
-    channel = await layer.new_channel()
-    group = control.call_group(str(call_id))
-    await layer.group_add(group, channel)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    try:
-        while True:
-            call = await get()
-            if call is None or call.ended:
-                return call
-            if call.status == "pending" and call.expires_at and call.expires_at <= timezone.now():
-                if await db.run(expire, call.id):
-                    await announce(str(call.id))
-                continue
-            left = deadline - loop.time()
-            if left <= 0:
-                return call
-            try:
-                await asyncio.wait_for(layer.receive(channel), min(left, 1.0))
-            except TimeoutError:
-                pass
-    finally:
-        await layer.group_discard(group, channel)
+async def stop(call_id) -> ToolCall:
+    """Cancel a pending or running call from any door (SPEC 6): a pending one ends here, a
+    running one is cancelled by the worker running it (here, or told on its channel), which
+    records the end. Raises CallError 404/409."""
+    call, tell_owner = await db.run(cancel, call_id)
+    if not tell_owner:
+        await announce(str(call.id))
+    elif _runner is not None and call.worker == _runner.name:
+        _runner.cancel(str(call.id))
+    else:
+        await control.cancel_call(call)
+    return call
 
 
 # --- permission prompts (SPEC 13.5) -----------------------------------------------------------
@@ -474,7 +655,7 @@ def create_permission_prompt(
         call.status = "pending"
         call.confirm_id = uuid.uuid4()
         call.expires_at = now + datetime.timedelta(seconds=settings.AGENVOY_CONFIRM_TIMEOUT)
-    call.save()
+    store.insert(call)
     return call
 
 

@@ -49,25 +49,20 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
 
 class SupervisorConsumer(AsyncConsumer):
-    """Receives requests for the supervisor of this process. Handlers only hand over: the
-    supervisor spawns a task, so no handler awaits MCP."""
+    """Receives requests for the supervisor it was made for (`host.run` hands it over).
+    Handlers only hand over: the supervisor spawns a task, so no handler awaits MCP."""
+
+    def __init__(self, supervisor) -> None:
+        self.supervisor = supervisor
 
     async def config_changed(self, message: dict) -> None:
-        sup = control.local_supervisor
-        if sup is not None:
-            sup.request_rescan()
+        self.supervisor.request_rescan()
 
     async def call_run(self, message: dict) -> None:
-        sup = control.local_supervisor
-        if sup is not None:
-            sup.spawn_call(message["call_id"])
+        self.supervisor.pick_up(message["call_id"])
 
     async def call_cancel(self, message: dict) -> None:
-        sup = control.local_supervisor
-        if sup is not None:
-            sup.cancel_call(message["call_id"])
+        self.supervisor.cancel(message["call_id"])
 
     async def servers_reconnect(self, message: dict) -> None:
-        sup = control.local_supervisor
-        if sup is not None:
-            sup.spawn_reconnect(message.get("names"), message.get("reply"))
+        self.supervisor.spawn_reconnect(message.get("names"), message.get("reply"))

@@ -1,5 +1,6 @@
 """The web side's messages to the supervisors, through the channel layer. Web code never talks
-to MCP itself: it writes what is wanted in the database and says so here."""
+to MCP itself: it writes what is wanted in the database and says so here (or, for a call in
+the process that hosts its supervisor, through `calls.Runner`)."""
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -7,10 +8,6 @@ from channels.layers import get_channel_layer
 SUPERVISORS = "mcp-supervisors"  # group every supervisor worker joins
 STATUS = "mcp-status"  # group browsers join for live server status
 PENDING = "mcp-pending"  # group browsers join for live pending confirmations
-
-# The supervisor running in this process, if any (set by the supervisor itself): calls for
-# servers it holds skip the channel layer. Web code never calls anything else on it.
-local_supervisor = None
 
 
 def call_group(call_id: str) -> str:

@@ -508,16 +508,6 @@ def sync_pins(entries: list[str], *, prefix: str = "", only: str | None = None, 
         ToolPin.objects.bulk_create(fresh, ignore_conflicts=True)
 
 
-def pin_changed(name: str, digest: str) -> bool:
-    """Whether the tool is pinned at another definition than `digest` (its current one)."""
-    from .models import ToolPin
-
-    if not digest:
-        return False
-    pinned = ToolPin.objects.filter(registered_name=name).values_list("digest", flat=True).first()
-    return pinned is not None and pinned != digest
-
-
 def trust_states(tools: list) -> dict[str, str]:
     """`trusted`, `changed` or `untrusted` per registered name (SPEC 14.1)."""
     from .models import ToolPin

@@ -515,3 +515,17 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} to {self.target_id} ({self.status})"
+
+
+# --- cache generation (issue 11) ----------------------------------------------------------------
+
+
+class CacheGeneration(models.Model):
+    """One row whose `n` database triggers raise on every change to tokens, servers' state,
+    tools and pins, in any process and through any door (`mcpcore.cache` installs them). A
+    process keeps what it read of those tables only while `n` is what it was then."""
+
+    n = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"generation {self.n}"

@@ -461,11 +461,7 @@ def tool_try(request: HttpRequest, name: str) -> HttpResponse:
     except calls.CallError as exc:
         error = exc.message
     if call is not None:
-        if call.status == "running":
-            async_to_sync(calls.dispatch)(call)
-            call = async_to_sync(calls.wait_ended)(call.id, TRY_WAIT) or call
-        else:
-            async_to_sync(calls.announce)(str(call.id))
+        call = async_to_sync(_submit_and_wait)(call)
     if request.htmx:
         if error:
             return _fragment(
@@ -476,6 +472,13 @@ def tool_try(request: HttpRequest, name: str) -> HttpResponse:
         messages.error(request, f"{tool.tool_name}: {error}")
         return redirect("server-detail", server.name)
     return redirect("call-detail", call.id)
+
+
+async def _submit_and_wait(call: ToolCall) -> ToolCall:
+    """The call path's last two steps for try-it: a running call is shown once it ended (or
+    as it is after TRY_WAIT), a pending one at once."""
+    await calls.submit(call)
+    return await calls.wait(call, TRY_WAIT if call.status == "running" else 0)
 
 
 # --- pending confirmations --------------------------------------------------------------------
@@ -508,13 +511,12 @@ def pending_reply(request: HttpRequest, confirm_id: str) -> HttpResponse:
     else:
         body = form.body()
         try:
-            call = calls.reply(form.cleaned_data["session_id"], confirm_id, body, request.user.get_username())
+            call = async_to_sync(calls.respond)(
+                form.cleaned_data["session_id"], confirm_id, body, request.user.get_username()
+            )
         except calls.CallError as exc:
             messages.error(request, f"Not applied: {exc.message}.")
         else:
-            if call.status == "running":
-                async_to_sync(calls.dispatch)(call)
-            async_to_sync(calls.announce)(str(call.id))
             messages.success(request, _reply_message(call))
     if request.htmx:
         context = {**live.pending_context(live.pending_calls()), "allowances": live.allowances()}

@@ -41,7 +41,7 @@ async def test_it_tells_only_the_waiters_when_a_running_call_ends():
     # A supervisor that holds no session: the call ends at once with an error.
     sup = types.SimpleNamespace(sessions={}, _stop=asyncio.Event(), name="w")
     final = await runner.run_claimed(sup, call)
-    assert final["status"] == "error"
+    assert final.status == "error"
     assert [m["type"] for m in await _messages(call_channel)] == ["call.changed"]
     assert await _messages(pending_channel) == []
 

@@ -13,7 +13,7 @@ from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import db
+from .. import cache, db
 from ..models import ApiToken, ToolCall
 
 log = logging.getLogger("mcpcore.api")
@@ -44,12 +44,13 @@ def authenticate(authorization_header_value: str) -> ApiToken | None:
     scheme, _, value = (authorization_header_value or "").partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         return None
-    token = ApiToken.objects.filter(token_hash=ApiToken.hash(value.strip()), revoked_at__isnull=True).first()
+    token = cache.token(ApiToken.hash(value.strip()))  # a revoked token is never served from it
     if token is not None:
         now = timezone.now()
         # Touch last_used at most once a minute: a write per call would cost throughput.
         if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            token.last_used_at = now  # the kept copy too (the column is not watched)
     return token
 
 
@@ -182,9 +183,14 @@ def reply_refusal(token: ApiToken, call: ToolCall) -> None:
         raise may_not("reply to confirmations")
 
 
-def api_view(methods: tuple[str, ...]) -> Callable:
+def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Callable:
     """Token auth, allowed methods, the token's rights (RIGHTS) and JSON errors for a `/v1`
-    view (sync or async).
+    view (sync or async; either way the result is an async view).
+
+    `prepare(request)`, for an async view, is sync database work done in the same trip to the
+    database thread as the auth, inside a shared write transaction (`db.write`: it must raise
+    before it writes); its result is `request.prepared`. The call path uses it so that a call
+    costs one trip before it runs.
 
     The view gets the token as `request.api_token`; ApiError becomes its JSON answer, and any
     other exception a logged 500 without details (never a traceback in the answer).
@@ -208,11 +214,23 @@ def api_view(methods: tuple[str, ...]) -> Callable:
                 return error(exc.message, exc.status)
             return None
 
+        def precheck_and_prepare(request: HttpRequest, kwargs: dict) -> JsonResponse | None:
+            denied = precheck(request, kwargs)
+            if denied is None:
+                try:
+                    request.prepared = prepare(request)
+                except ApiError as exc:
+                    return error(exc.message, exc.status)
+            return denied
+
         if is_async:
 
             @functools.wraps(view)
             async def handler(request: HttpRequest, *args, **kwargs):
-                denied = await db.run(precheck, request, kwargs)
+                if prepare is None:
+                    denied = await db.run(precheck, request, kwargs)
+                else:
+                    denied = await db.write(precheck_and_prepare, request, kwargs)
                 if denied is not None:
                     return denied
                 try:
@@ -225,18 +243,23 @@ def api_view(methods: tuple[str, ...]) -> Callable:
 
         else:
 
-            @functools.wraps(view)
-            def handler(request: HttpRequest, *args, **kwargs):
-                denied = precheck(request, kwargs)
-                if denied is not None:
-                    return denied
+            def run_sync(request: HttpRequest, *args, **kwargs):
                 try:
+                    denied = precheck(request, kwargs)
+                    if denied is not None:
+                        return denied
                     return view(request, *args, **kwargs)
                 except ApiError as exc:
                     return error(exc.message, exc.status)
                 except Exception:
                     log.exception("unhandled error in %s", request.path)
                     return error("internal error", 500)
+
+            @functools.wraps(view)
+            async def handler(request: HttpRequest, *args, **kwargs):
+                # A sync view, auth included, is one trip to a view thread: concurrent
+                # requests run side by side, each thread keeping its database connection.
+                return await db.run_view(run_sync, request, *args, **kwargs)
 
         handler.api_methods = methods
         return csrf_exempt(handler)

@@ -27,9 +27,10 @@ class ApiHandler(ASGIHandler):
             settings.MIDDLEWARE = saved
 
     async def __call__(self, scope, receive, send):
-        # No per-request ThreadSensitiveContext: the API's database work runs on mcpcore.db's
-        # threads, and the thread Django would start for each request would only run the
-        # request signals' receivers.
+        # No per-request ThreadSensitiveContext: every `/v1` view is async (`api_view` runs a
+        # sync view's body on mcpcore.db's view threads, so sync views never queue on one
+        # shared thread), and the thread Django would start for each request would only run
+        # the request signals' receivers.
         await self.handle(scope, receive, send)
 
     async def handle(self, scope, receive, send):

@@ -4,7 +4,7 @@ import asyncio
 
 from django.http import HttpRequest, JsonResponse
 
-from .. import allowlist, control, db, files, names, serverconfig
+from .. import allowlist, control, files, names, serverconfig
 from ..models import Server, Tool, mask_config
 from .auth import ApiError, api_view, json_body, reply_refusal, visible_calls
 
@@ -141,73 +141,65 @@ def _who(request: HttpRequest) -> str:
     return f"token:{token.name}" if token is not None else ""
 
 
-@api_view(("POST",))
-async def mcp_call(request: HttpRequest) -> JsonResponse:
+def _create_call(request: HttpRequest):
+    """`calls.create` for `POST /v1/mcp/call`, in the same database trip as the auth."""
     from .. import calls
 
     body = json_body(request)
-    wait = _wait_seconds(body.get("wait"), 30.0)
-    local = control.local_supervisor
+    request.wait_seconds = _wait_seconds(body.get("wait"), 30.0)
     try:
-        call = await db.run(
-            calls.create,
+        return calls.create(
             request.api_token,
             "",
             body.get("name"),
             body.get("arguments"),
             body.get("session_id"),
             body.get("mode"),
-            local.holds if local else None,
         )
     except calls.CallError as exc:
         raise ApiError(exc.message, exc.status) from None
-    if call.status == "pending":
-        await calls.announce(str(call.id))
-    elif local is not None and call.worker == local.name:
-        # Claimed for the supervisor of this process: wait on its task, not the database.
-        task = local.start_claimed(call)
-        final = await _until_gone(request, asyncio.shield(task), wait) if wait > 0 else None
-        if final is not None:
-            for key, value in final.items():
-                setattr(call, key, value)
-            return JsonResponse(call.to_answer())
-        if not task.done():
-            return JsonResponse(call.to_answer(), status=202)
-    elif not call.ended:  # a rule's deny has ended it already
-        await calls.dispatch(call)
-    return await _call_answer(request, call.id, wait)
 
 
-async def _until_gone(request: HttpRequest, awaitable, seconds: float):
-    """`awaitable`'s result, or None after `seconds` or once the client has disconnected
-    (nobody is left to answer: a long poll must not hold its task and channel for nothing).
-    The awaitable is cancelled then; shield it to keep it going."""
-    task = asyncio.ensure_future(awaitable)
+@api_view(("POST",), prepare=_create_call)
+async def mcp_call(request: HttpRequest) -> JsonResponse:
+    from .. import calls
+
+    call, wait = request.prepared, request.wait_seconds
+    await calls.submit(call)
+    return _answer(await _until_gone(request, calls.wait(call, wait), wait))
+
+
+def _answer(call, full: bool = False) -> JsonResponse:
+    body = call.to_dict() if full else call.to_answer()
+    return JsonResponse(body, status=200 if call.ended or full else 202)
+
+
+async def _until_gone(request: HttpRequest, waiting, seconds: float):
+    """What `calls.wait` gives, cut short when the client has disconnected: nobody is left to
+    answer, and a long poll must not hold its channel for nothing (the call goes on)."""
+    task = asyncio.ensure_future(waiting)
     gone = getattr(request, "client_gone", None)  # set by the ASGI handler; not in test clients
-    waiter = asyncio.ensure_future(gone.wait()) if gone is not None else None
+    if gone is None or seconds <= 0:
+        return await task
+    waiter = asyncio.ensure_future(gone.wait())
     try:
-        done, _ = await asyncio.wait(
-            [t for t in (task, waiter) if t], timeout=seconds, return_when="FIRST_COMPLETED"
-        )
+        await asyncio.wait([task, waiter], return_when="FIRST_COMPLETED")
     finally:
-        if waiter is not None:
-            waiter.cancel()
-    if task in done:
+        waiter.cancel()
+    if task.done():
         return task.result()
     task.cancel()
-    return None
+    return None  # the answer goes nowhere
 
 
 async def _call_answer(request: HttpRequest, call_id, wait: float, full: bool = False) -> JsonResponse:
     from .. import calls
 
-    call = await _until_gone(request, calls.wait_ended(call_id, wait), wait + 5) if wait > 0 else None
-    if call is None:
-        call = await calls.wait_ended(call_id, 0)  # as it is now (the wait ended early)
+    call = await calls.get(call_id)
     if call is None:
         raise ApiError("call not found", 404)
-    body = call.to_dict() if full else call.to_answer()
-    return JsonResponse(body, status=200 if call.ended or full else 202)
+    call = await _until_gone(request, calls.wait(call, wait), wait)
+    return _answer(call, full) if call is not None else JsonResponse({}, status=202)
 
 
 def _uuid_or_404(value: str, message: str):
@@ -232,13 +224,9 @@ async def mcp_call_cancel(request: HttpRequest, call_id: str) -> JsonResponse:
 
     cid = _uuid_or_404(call_id, "call not found")
     try:
-        call, tell_owner = await db.run(calls.cancel, cid)
+        await calls.stop(cid)
     except calls.CallError as exc:
         raise ApiError(exc.message, exc.status) from None
-    if tell_owner:
-        await control.cancel_call(call)
-    else:
-        await calls.announce(str(call.id))
     return JsonResponse({"ok": True})
 
 
@@ -257,14 +245,9 @@ async def confirm(request: HttpRequest, session_id: str, confirm_id: str) -> Jso
     body = json_body(request)
     token = request.api_token
     try:
-        call = await db.run(
-            calls.reply, session_id, confirm_id, body, _who(request), lambda c: reply_refusal(token, c)
-        )
+        await calls.respond(session_id, confirm_id, body, _who(request), lambda c: reply_refusal(token, c))
     except calls.CallError as exc:
         raise ApiError(exc.message, exc.status) from None
-    if call.status == "running":
-        await calls.dispatch(call)
-    await calls.announce(str(call.id))
     return JsonResponse({"ok": True})
 
 

@@ -7,20 +7,18 @@ server name (`/mcp/<server>`: its own names) or `_permission`; the ASGI app puts
 caller's token into the HTTP scope, where handlers read them back through `ctx.request`.
 """
 
-import asyncio
 import json
 import logging
+import math
 
 import anyio
 import mcp_types
-from channels.layers import get_channel_layer
 from django.conf import settings
-from django.utils import timezone
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .. import calls, control, db, names
+from .. import calls, db, names
 from ..models import ApiToken, Server, Tool, ToolCall
 from ..supervisor.registry import instructions_block
 
@@ -39,9 +37,6 @@ PERMISSION_SCHEMA = {
     "required": ["tool_name", "input"],
 }
 SESSION_META = "io.agenvoy/session"
-# Heartbeats while a person decides: well under the 10 s of SPEC 13.3, so a client that resets
-# a 15 s timer on progress never sees it run out.
-HEARTBEAT = 5.0
 VIEW_KEY = "agenvoy.view"
 TOKEN_KEY = "agenvoy.token"
 
@@ -152,31 +147,16 @@ async def _call_tool(ctx, params) -> dict:
     token, view = caller(ctx)
     if view == PERMISSION:
         return await _permission_prompt(ctx, params, token)
-    local = control.local_supervisor
     try:
-        call = await db.run(
-            _create,
-            token,
-            view,
-            params.name,
-            params.arguments or {},
-            session_of(ctx, token),
-            local.holds if local else None,
+        call = await db.write(
+            _create, token, view, params.name, params.arguments or {}, session_of(ctx, token)
         )
     except calls.CallError as exc:
         if exc.status == 404:
             raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name}") from None
         return text_result(exc.message, True)
-    task = None
-    if call.ended:
-        pass  # decided already (a deny rule): nothing to run
-    elif call.status == "pending":
-        await calls.announce(str(call.id))
-    elif local is not None and call.worker == local.name:
-        task = local.start_claimed(call)
-    else:
-        await calls.dispatch(call)
-    call = await hold(ctx, call, task)
+    await calls.submit(call)
+    call = await hold(ctx, call)
     return await call_result(call)
 
 
@@ -193,12 +173,12 @@ def registered_of(view: str, name: str) -> str | None:
     return None
 
 
-def _create(token, view: str, name: str, arguments: dict, session_id: str, local) -> ToolCall:
+def _create(token, view: str, name: str, arguments: dict, session_id: str) -> ToolCall:
     """The call of the tool behind the exposed name, through the gate (one database hop)."""
     registered = registered_of(view, name)
     if registered is not None:
         try:
-            return calls.create(token, "", registered, arguments, session_id, "confirm", local, via="mcp")
+            return calls.create(token, "", registered, arguments, session_id, "confirm", via="mcp")
         except calls.CallError as exc:
             if exc.status != 404:
                 raise
@@ -206,7 +186,7 @@ def _create(token, view: str, name: str, arguments: dict, session_id: str, local
     tool = find_tool(view, name)
     if tool is None or tool.registered_name == registered:
         raise calls.CallError(f"unknown tool: {name}", 404)
-    return calls.create(token, "", tool.registered_name, arguments, session_id, "confirm", local, via="mcp")
+    return calls.create(token, "", tool.registered_name, arguments, session_id, "confirm", via="mcp")
 
 
 def _declares_output(registered: str) -> bool:
@@ -253,18 +233,24 @@ class Inflight:
 INFLIGHT = Inflight()
 
 
-async def hold(ctx, call: ToolCall, task=None) -> ToolCall:
-    """Wait until the call has ended, sending heartbeats while it is pending and passing on
-    upstream progress while it runs. The client going away (its request cancelled) cancels
-    the call: out of the inbox at once if pending, cancelled upstream if running."""
+async def hold(ctx, call: ToolCall) -> ToolCall:
+    """Wait (`calls.wait`) until the call has ended, sending heartbeats while it is pending
+    and passing on upstream progress while it runs, when the request asked for progress. The
+    client going away (its request cancelled) cancels the call: out of the inbox at once if
+    pending, cancelled upstream if running (SPEC 13.3)."""
     meta = (ctx.params or {}).get("_meta")
     wants_progress = isinstance(meta, dict) and meta.get("progressToken") is not None
-    layer = get_channel_layer()
-    group = control.call_group(str(call.id))
-    # A run in this process that nobody wants progress of ends through its task alone.
-    channel = await layer.new_channel() if task is None or wants_progress else None
-    if channel is not None:
-        await layer.group_add(group, channel)
+    waiting = f"waiting for approval: {settings.AGENVOY_PUBLIC_URL}/pending/"
+    beats = 0
+
+    async def heartbeat() -> None:
+        nonlocal beats
+        beats += 1
+        await ctx.session.report_progress(beats, None, waiting)
+
+    async def progress(value, total, message) -> None:
+        await ctx.session.report_progress(value, total, message)
+
     key = None
     sid = None if is_modern(ctx) else ctx.request.headers.get("mcp-session-id")
     done = False
@@ -273,103 +259,33 @@ async def hold(ctx, call: ToolCall, task=None) -> ToolCall:
             if sid and ctx.request_id is not None:
                 key = Inflight.key(sid, ctx.request_id)
                 INFLIGHT.add(key, scope)
-            call = await _wait(ctx, call, task, layer, channel, wants_progress)
+            call = await calls.wait(
+                call,
+                math.inf,
+                on_progress=progress if wants_progress else None,
+                on_heartbeat=heartbeat if wants_progress else None,
+            )
             done = True
         if not done:
             log.info("call %s: the MCP client went away", call.id)
     finally:
         if key is not None:
             INFLIGHT.discard(key)
-        with anyio.CancelScope(shield=True):
-            if not done:
+        if not done:
+            with anyio.CancelScope(shield=True):
                 await _abandon(call)
-                call = await db.run(_get, call.id) or call
-            if channel is not None:
-                await layer.group_discard(group, channel)
+                call = await calls.get(call.id) or call
     return call
-
-
-def _get(call_id) -> ToolCall | None:
-    return ToolCall.objects.filter(id=call_id).first()
 
 
 async def _abandon(call: ToolCall) -> None:
     """Nobody waits for this call any more: cancel it (SPEC 13.3)."""
     try:
-        ended, tell_owner = await db.run(calls.cancel, call.id)
+        await calls.stop(call.id)
     except calls.CallError:
         return  # it ended meanwhile
     except Exception:
         log.exception("could not cancel abandoned call %s", call.id)
-        return
-    if tell_owner:
-        await control.cancel_call(ended)
-    else:
-        await calls.announce(str(ended.id))
-
-
-async def _wait(ctx, call: ToolCall, task, layer, channel: str | None, wants_progress: bool) -> ToolCall:
-    loop = asyncio.get_running_loop()
-    waiting = f"waiting for approval: {settings.AGENVOY_PUBLIC_URL}/pending/"
-    beats = 0
-    next_beat = loop.time()
-    reread = task is None
-    while True:
-        if reread:
-            fresh = await db.run(_get, call.id)
-            if fresh is None:
-                return call
-            call = fresh
-            if call.ended:
-                return call
-            if call.status == "pending" and call.expires_at and call.expires_at <= timezone.now():
-                if await db.run(calls.expire, call.id):
-                    await calls.announce(str(call.id))
-                continue
-        pending = call.status == "pending"
-        if pending and wants_progress and loop.time() >= next_beat:
-            beats += 1
-            await ctx.session.report_progress(beats, None, waiting)
-            next_beat = loop.time() + HEARTBEAT
-        timeout = min(1.0, max(0.0, next_beat - loop.time())) if pending and wants_progress else 1.0
-        message = await _next(layer, channel, task, timeout)
-        if message == "task":
-            final, task = task.result() if not task.cancelled() and not task.exception() else None, None
-            if final is not None:
-                for field, value in final.items():
-                    setattr(call, field, value)
-                if call.ended:
-                    return call
-            reread = True
-        elif message and message.get("type") == "call.progress":
-            await ctx.session.report_progress(
-                message["progress"], message.get("total"), message.get("message")
-            )
-            reread = False
-        else:
-            reread = task is None
-
-
-async def _next(layer, channel: str | None, task, timeout: float):
-    """The next channel message, "task" when the local run ended, or None after `timeout`."""
-    if channel is None:
-        if task is None:  # the local run ended and the row is read again every second
-            await asyncio.sleep(timeout)
-            return None
-        done, _ = await asyncio.wait({task}, timeout=timeout)
-        return "task" if done else None
-    receive = asyncio.ensure_future(layer.receive(channel))
-    waits = {receive} if task is None else {receive, task}
-    try:
-        done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not receive.done():
-            receive.cancel()
-    if receive in done:
-        return receive.result()
-    if task is not None and task in done:
-        return "task"
-    return None
 
 
 # --- approval_prompt (SPEC 13.5) ----------------------------------------------------------------
@@ -380,7 +296,7 @@ async def _permission_prompt(ctx, params, token: ApiToken) -> dict:
         raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name}")
     args = params.arguments or {}
     try:
-        call = await db.run(
+        call = await db.write(
             calls.create_permission_prompt,
             token,
             args.get("tool_name"),
@@ -390,8 +306,7 @@ async def _permission_prompt(ctx, params, token: ApiToken) -> dict:
         )
     except calls.CallError as exc:
         return text_result(exc.message, True)
-    if call.status == "pending":
-        await calls.announce(str(call.id))
+    await calls.submit(call)
     # A reply ends a permission prompt at once (nothing runs): the answer is how it ended.
     call = await hold(ctx, call)
     return text_result(json.dumps(calls.permission_answer(call)), False)

@@ -1,7 +1,9 @@
 """The supervisor: leases, server sessions, tool calls, confirmation expiry, file watching.
 
-Web processes never call into this object: they write to the database and send channel-layer
-messages that the SupervisorConsumer hands over here. Everything here runs on one event loop.
+Web code reaches it only through the database, the channel-layer messages the
+SupervisorConsumer hands over here, and, in the process that hosts it (`serve`), the small
+interface of `calls.Runner` (`holds`, `run`, `pick_up`, `cancel`), handed to `calls.attach`
+by the process wiring. Everything here runs on one event loop.
 """
 
 import asyncio
@@ -53,7 +55,6 @@ class Supervisor:
 
     async def start(self) -> None:
         """Register, join the supervisors' group, and start the background loops."""
-        control.local_supervisor = self
         from channels.layers import get_channel_layer
 
         layer = get_channel_layer()
@@ -85,8 +86,6 @@ class Supervisor:
         await db.run(self._unregister)
         for f in self._errlogs.values():
             f.close()
-        if control.local_supervisor is self:
-            control.local_supervisor = None
 
     def _unregister(self) -> None:
         Server.objects.filter(owner=self.name).update(owner="", lease_expires=None)
@@ -122,28 +121,32 @@ class Supervisor:
     def request_rescan(self) -> None:
         self._rescan.set()
 
-    def spawn_call(self, call_id: str) -> None:
+    def pick_up(self, call_id: str) -> None:
+        """Claim a recorded, approved call (`calls.claim`) and run it, unless it runs here."""
         if call_id not in self.calls:
-            task = asyncio.ensure_future(runner.run_call(self, call_id))
-            self.calls[call_id] = task
-            task.add_done_callback(lambda _t: self.calls.pop(call_id, None))
+            self._track(call_id, asyncio.ensure_future(runner.run_call(self, call_id)))
 
-    def start_claimed(self, call) -> asyncio.Task:
-        """Run a call the web side of this process claimed for us when it created it."""
-        call_id = str(call.id)
-        task = asyncio.ensure_future(runner.run_claimed(self, call))
+    def run(self, call) -> asyncio.Task:
+        """Run a call claimed for this worker; the task's result is the ended call (None when
+        someone else ended it first)."""
+        return self._track(str(call.id), asyncio.ensure_future(runner.run_claimed(self, call)))
+
+    def _track(self, call_id: str, task: asyncio.Task) -> asyncio.Task:
         self.calls[call_id] = task
         task.add_done_callback(lambda _t: self.calls.pop(call_id, None))
         return task
 
-    def holds(self, server_name: str) -> str | None:
-        """This worker's name when it holds the server's session (read from any thread)."""
-        return self.name if server_name in self.sessions else None
+    def holds(self, server_name: str) -> bool:
+        """Whether this worker holds the server's session (read from any thread)."""
+        return server_name in self.sessions
 
-    def cancel_call(self, call_id: str) -> None:
+    def cancel(self, call_id: str) -> bool:
+        """Cancel a call running here; its task records it `cancelled`."""
         task = self.calls.get(call_id)
-        if task is not None:
-            task.cancel()
+        if task is None:
+            return False
+        task.cancel()
+        return True
 
     def spawn_reconnect(self, names: list[str] | None, reply: str | None) -> None:
         asyncio.ensure_future(self._reconnect(names, reply))
@@ -216,7 +219,7 @@ class Supervisor:
         for call_id in expired:
             await calls.announce(call_id)
         for call_id in await db.run(calls.unstarted_for, list(owned)):
-            self.spawn_call(call_id)
+            self.pick_up(call_id)
 
     def _leases(self) -> tuple[set[str], dict[str, str]]:
         """Renew our leases, take free or expired ones (a fair share when others are alive),

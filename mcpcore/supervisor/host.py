@@ -16,7 +16,7 @@ log = logging.getLogger("mcpcore.supervisor")
 async def run(sup: Supervisor) -> None:
     """Start the supervisor, then consume its channel until cancelled."""
     await sup.start()
-    app = ChannelNameRouter({sup.channel: SupervisorConsumer.as_asgi()})
+    app = ChannelNameRouter({sup.channel: SupervisorConsumer.as_asgi(supervisor=sup)})
     worker = Worker(application=app, channels=[sup.channel], channel_layer=get_channel_layer())
     log.info("supervisor %s listening on %s", sup.name, sup.channel)
     try:

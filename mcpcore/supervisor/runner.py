@@ -1,5 +1,5 @@
-"""Running one approved tool call on its server's session: claim, timeout with progress,
-cancel, retry once on a renewed session, convert and store the result (SPEC 4, 6)."""
+"""Running one approved tool call on its server's session: timeout with progress, cancel,
+retry once on a renewed session, convert and store the result (SPEC 4, 6)."""
 
 import asyncio
 import json
@@ -7,8 +7,6 @@ import logging
 
 import anyio
 from django.conf import settings
-from django.db.models import F
-from django.utils import timezone
 
 from .. import calls, control, db, gate, results
 from ..models import ToolCall
@@ -21,31 +19,22 @@ class CallTimeout(Exception):
     pass
 
 
-def _claim(call_id: str, worker: str) -> ToolCall | None:
-    """Take an approved, unstarted call; only one worker ever gets it."""
-    claimed = ToolCall.objects.filter(id=call_id, status="running", started_at__isnull=True).update(
-        started_at=timezone.now(), worker=worker, attempts=F("attempts") + 1
-    )
-    return ToolCall.objects.filter(id=call_id).first() if claimed == 1 else None
+async def run_call(sup, call_id: str) -> ToolCall | None:
+    """Claim a recorded, approved call (`calls.claim`), then run it."""
+    call = await db.run(calls.claim, call_id, sup.name)
+    return await run_claimed(sup, call) if call is not None else None
 
 
-async def run_call(sup, call_id: str) -> None:
-    """Claim an approved call from the database, then run it."""
-    call = await db.run(_claim, call_id, sup.name)
-    if call is not None:
-        await run_claimed(sup, call)
-
-
-async def run_claimed(sup, call: ToolCall) -> dict | None:
-    """Run a call this worker holds; store, announce and return its final fields (None when
-    it was ended meanwhile by someone else, say a cancel)."""
+async def run_claimed(sup, call: ToolCall) -> ToolCall | None:
+    """Run a call this worker has claimed; store and announce its end, and return the call as
+    stored (None when it was ended meanwhile by someone else, say a cancel)."""
     call_id = str(call.id)
     try:
         status, text, extra = await _execute(sup, call)
     except asyncio.CancelledError:
         stopping = sup._stop.is_set()
         status, text = ("interrupted", calls.INTERRUPTED) if stopping else ("cancelled", "cancelled")
-        await db.run(calls.finish, call.id, status, text, is_error=stopping)
+        await db.write(calls.finish, call.id, status, text, is_error=stopping)
         await calls.announce(call_id, pending=False)
         raise
     except Exception as exc:  # a failure of this call is this call's error, nothing more
@@ -53,9 +42,9 @@ async def run_claimed(sup, call: ToolCall) -> dict | None:
         problem = session.describe(exc) if session is not None else describe(exc)
         log.warning("call %s (%s) failed: %s", call_id, call.tool_name, problem)
         status, text, extra = "error", f"tool error: {problem}", {"is_error": True}
-    stored = await db.run(calls.finish, call.id, status, text, **extra)
+    stored = await db.write(calls.finish_call, call, status, text, **extra)
     await calls.announce(call_id, pending=False)
-    return {"status": status, "result": text, **extra} if stored else None
+    return stored
 
 
 async def _execute(sup, call: ToolCall) -> tuple[str, str, dict]:

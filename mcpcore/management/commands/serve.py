@@ -32,14 +32,20 @@ class EmbeddedServer(daphne.server.Server):
         super().run()
 
     def _start_supervisor(self):
+        from mcpcore import calls
+
+        # The web side of this process runs calls for servers it holds directly (calls.Runner).
+        calls.attach(self.supervisor)
         self._host_task = asyncio.ensure_future(host.run(self.supervisor))
 
     def _stop_supervisor(self):
         async def stop():
+            from mcpcore import calls
             from mcpcore.mcpserver import endpoint
 
             # MCP clients' streams first (their held calls end as cancelled), then the servers.
             await endpoint.shutdown()
+            calls.attach(None)
             try:
                 await asyncio.wait_for(self.supervisor.stop(), 4)
             except Exception:

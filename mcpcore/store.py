@@ -1,0 +1,57 @@
+"""The few statements every tool call runs, as SQL built once from the model: record the call
+(one INSERT) and end it (one conditional UPDATE). The ORM would build and compile the same
+statements on every call, which cost more than running them. Values go through each field's
+own `get_db_prep_save`, so what is stored is exactly what `save()` would store.
+
+Sync: run them on a database thread (`mcpcore.db.write`)."""
+
+import functools
+
+from django.db import connection
+
+from .models import ToolCall
+
+_FIELDS = ToolCall._meta.concrete_fields
+_BY_NAME = {f.name: f for f in _FIELDS} | {f.attname: f for f in _FIELDS}
+_LIVE = ("pending", "running")
+
+
+@functools.cache
+def _insert_sql(vendor: str) -> str:
+    qn = connection.ops.quote_name
+    columns = ", ".join(qn(f.column) for f in _FIELDS)
+    marks = ", ".join(["%s"] * len(_FIELDS))
+    return f"INSERT INTO {qn(ToolCall._meta.db_table)} ({columns}) VALUES ({marks})"
+
+
+@functools.cache
+def _end_sql(vendor: str, names: tuple[str, ...]) -> str:
+    qn = connection.ops.quote_name
+    sets = ", ".join(f"{qn(_BY_NAME[n].column)} = %s" for n in names)
+    return (
+        f"UPDATE {qn(ToolCall._meta.db_table)} SET {sets} "
+        f"WHERE {qn('id')} = %s AND {qn('status')} IN (%s, %s)"
+    )
+
+
+def _prep(field, value):
+    return field.get_db_prep_save(value, connection)
+
+
+def insert(call: ToolCall) -> None:
+    """Store a new call, as `call.save()` would (defaults already set by the constructor)."""
+    params = [_prep(f, getattr(call, f.attname)) for f in _FIELDS]
+    with connection.cursor() as cursor:
+        cursor.execute(_insert_sql(connection.vendor), params)
+    call._state.adding = False
+    call._state.db = "default"
+
+
+def end(call_id, fields: dict) -> bool:
+    """Write `fields` onto the call if it is still pending or running; whether it was."""
+    names = tuple(sorted(fields))
+    params = [_prep(_BY_NAME[n], fields[n]) for n in names]
+    params += [_prep(_BY_NAME["id"], call_id), *_LIVE]
+    with connection.cursor() as cursor:
+        cursor.execute(_end_sql(connection.vendor, names), params)
+        return cursor.rowcount == 1
