@@ -87,14 +87,7 @@ _matcher: dict = {"key": None, "match": None}
 def allowed(tool_name: str) -> bool:
     """Whether `allow_tool` (the shared truth) allows the tool. The parsed matcher is kept
     until the file's stat changes; an unreadable file falls back to the mirrored table."""
-    path = files.path_of(files.ALLOW_TOOL)
-    try:
-        st = path.stat()
-        key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
-    except FileNotFoundError:
-        key = (str(path), None)
-    except OSError:
-        key = None
+    key = files.stat_key(files.ALLOW_TOOL)
     if key is None or key != _matcher["key"]:
         try:
             entries = files.read_allow_tool()
@@ -110,14 +103,7 @@ _rules: dict = {"key": None, "set": None}
 def rules_in_force() -> rules.RuleSet:
     """The argument rules (SPEC 14.2), read like `allowed` reads `allow_tool`: kept until the
     file's stat changes; a file with a bad line gives the last good (mirrored) rules."""
-    path = files.path_of(files.RULES)
-    try:
-        st = path.stat()
-        key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
-    except FileNotFoundError:
-        key = (str(path), None)
-    except OSError:
-        key = None
+    key = files.stat_key(files.RULES)
     if key is None or key != _rules["key"]:
         found, _ = files.current_rules(mirror=True)
         _rules["key"], _rules["set"] = key, rules.RuleSet(found)

@@ -38,6 +38,19 @@ def path_of(name: str) -> Path:
     return home() / name
 
 
+def stat_key(name: str) -> tuple | None:
+    """What says a shared file may have changed: its path and stat (`(path, None)` while it
+    is missing; None when it can't be read, so a cache keyed by it is never trusted)."""
+    path = path_of(name)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return (str(path), None)
+    except OSError:
+        return None
+    return (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+
+
 def private_dir(folder: Path) -> Path:
     """Make `folder` (and its missing parents) if needed; one the console creates is 0700
     (SPEC 12.3): it holds secrets. An existing folder's mode is the operator's choice."""

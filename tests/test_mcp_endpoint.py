@@ -213,7 +213,8 @@ def test_it_holds_a_call_in_the_inbox_with_heartbeats_until_a_person_approves(c,
     assert not result.is_error and result.content[0].text == f"held {mode}"
     value, _total, message = progress[0]
     assert message.startswith("waiting for approval")
-    assert f"{c.env.get('AGENVOY_PUBLIC_URL', 'http://127.0.0.1:8000')}/pending/" in message
+    # The Pending page's address, and on it the confirmation's own page (SPEC 13.3, 15).
+    assert f"{c.env.get('AGENVOY_PUBLIC_URL', 'http://127.0.0.1:8000')}/pending/{item['id']}/" in message
     assert [p[0] for p in progress] == sorted({p[0] for p in progress})
     row = last_mcp_call(c)
     assert row["via"] == "mcp" and row["decision"] == "approve"
@@ -713,3 +714,46 @@ def test_it_serves_every_endpoint_to_every_role_and_gates_replies_by_role(c):
         {"error": "this token may not reply to confirmations"},
     )
     assert approver.status_code == 200 and result.content[0].text == "held for roles"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_it_keeps_progress_increasing_from_heartbeats_into_the_servers_own(tmp_path, mode):
+    # Heartbeats while pending, then the upstream server's progress once approved: one
+    # request's progress must still only go up (the server's is passed on past the beats).
+    console = Console(tmp_path, {"prog": our_server("progress.py")}).start()
+    try:
+        console.wait_connected("prog")
+        progress: list[tuple] = []
+
+        async def on_progress(value, total, message):
+            progress.append((value, total, message))
+
+        async def main():
+            async with mcp_client(console, "/mcp", mode) as client:
+                async with anyio.create_task_group() as tg:
+                    box = {}
+
+                    async def call():
+                        box["r"] = await client.call_tool(
+                            "prog__slow", {"steps": 3, "interval": 0.05}, progress_callback=on_progress
+                        )
+
+                    tg.start_soon(call)
+                    item = await wait_pending(console, "mcp__prog__slow")
+                    with anyio.fail_after(10):
+                        while not progress:
+                            await anyio.sleep(0.05)
+                    await in_thread(lambda: reply(console, item, approve=True))
+                return box["r"]
+
+        result = anyio.run(main)
+    finally:
+        console.close()
+    assert result.content[0].text == "finished"
+    values = [p[0] for p in progress]
+    assert values == sorted(set(values)), progress
+    beats = [p for p in progress if p[2].startswith("waiting for approval")]
+    steps = [p for p in progress if p[2].startswith("step ")]
+    assert beats and [p[2] for p in steps] == ["step 1/3", "step 2/3", "step 3/3"]
+    n = len(beats)
+    assert [(p[0], p[1]) for p in steps] == [(n + 1, n + 3), (n + 2, n + 3), (n + 3, n + 3)]

@@ -240,7 +240,8 @@ async def hold(ctx, call: ToolCall) -> ToolCall:
     pending, cancelled upstream if running (SPEC 13.3)."""
     meta = (ctx.params or {}).get("_meta")
     wants_progress = isinstance(meta, dict) and meta.get("progressToken") is not None
-    waiting = f"waiting for approval: {settings.AGENVOY_PUBLIC_URL}/pending/"
+    # The confirmation's own page, on the Pending page's address (SPEC 13.3, 15).
+    waiting = f"waiting for approval: {settings.AGENVOY_PUBLIC_URL}/pending/{call.confirm_id}/"
     beats = 0
 
     async def heartbeat() -> None:
@@ -249,7 +250,9 @@ async def hold(ctx, call: ToolCall) -> ToolCall:
         await ctx.session.report_progress(beats, None, waiting)
 
     async def progress(value, total, message) -> None:
-        await ctx.session.report_progress(value, total, message)
+        # Progress of one request must increase: after n heartbeats the server's own
+        # progress (and total) is passed on n higher; with none, exactly as it came.
+        await ctx.session.report_progress(value + beats, None if total is None else total + beats, message)
 
     key = None
     sid = None if is_modern(ctx) else ctx.request.headers.get("mcp-session-id")
