@@ -211,10 +211,7 @@ def create(
         if runner is not None and runner.holds(server.name):
             call.started_at, call.worker, call.attempts = now, runner.name, 1
     else:
-        _limit_pending(token)
-        call.status = "pending"
-        call.confirm_id = uuid.uuid4()
-        call.expires_at = now + datetime.timedelta(seconds=settings.AGENVOY_CONFIRM_TIMEOUT)
+        _wait_for_a_person(call, token, now)
     store.insert(call)
     if call.status == "pending" and token is not None and not _still_live(token):
         # Revoked between this request's auth and now: revoke_token's sweep may have missed it.
@@ -227,12 +224,16 @@ def _still_live(token: ApiToken) -> bool:
     return ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).exists()
 
 
-def _limit_pending(token: ApiToken | None) -> None:
-    """At most AGENVOY_MAX_PENDING pending confirmations per token (SPEC 12.2)."""
+def _wait_for_a_person(call: ToolCall, token: ApiToken | None, now: datetime.datetime) -> None:
+    """Make `call` a pending confirmation (SPEC 5): its id and expiry. At most
+    AGENVOY_MAX_PENDING of them per token (SPEC 12.2)."""
     if token is not None and (
         ToolCall.objects.filter(token=token, status="pending").count() >= settings.AGENVOY_MAX_PENDING
     ):
         raise CallError("too many pending confirmations for this token", 429)
+    call.status = "pending"
+    call.confirm_id = uuid.uuid4()
+    call.expires_at = now + datetime.timedelta(seconds=settings.AGENVOY_CONFIRM_TIMEOUT)
 
 
 def owner_channel(server_name: str) -> str | None:
@@ -627,9 +628,7 @@ def create_permission_prompt(
     )
     if _granted(token, tool_name):
         decision = "remember"
-    elif SessionAllowance.objects.filter(
-        token=token, session_id=session_id, revoked_at__isnull=True
-    ).exists():
+    elif session_allowed(token, session_id):
         decision = "session"
     else:
         decision = ""
@@ -637,10 +636,7 @@ def create_permission_prompt(
         call.status, call.decision, call.decided_at, call.ended_at = "done", decision, now, now
         call.result = json.dumps(_allow(call))
     else:
-        _limit_pending(token)
-        call.status = "pending"
-        call.confirm_id = uuid.uuid4()
-        call.expires_at = now + datetime.timedelta(seconds=settings.AGENVOY_CONFIRM_TIMEOUT)
+        _wait_for_a_person(call, token, now)
     store.insert(call)
     return call
 
