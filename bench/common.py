@@ -77,13 +77,25 @@ def ms(seconds: float) -> float:
 def console(servers: dict | None, env: dict | None = None, start: bool = True):
     """A `manage.py serve` of its own (tests.live.Console) in a temporary folder."""
     base = Path(tempfile.mkdtemp(prefix="agenvoy-bench-"))
-    con = Console(base, servers, {"AGENVOY_LOG_LEVEL": "WARNING", **(env or {})})
+    env = {"AGENVOY_LOG_LEVEL": "WARNING", **(env or {})}
+    pg = None
+    if os.environ.get("BENCH_DATABASE") == "postgres":
+        # The scale-out layout's database: a PostgreSQL server of its own for this console.
+        from tests.services import Postgres
+
+        pg = Postgres(base)
+        env["DATABASE_URL"] = pg.url
     try:
-        if start:
-            con.start()
-        yield con
+        con = Console(base, servers, env)
+        try:
+            if start:
+                con.start()
+            yield con
+        finally:
+            con.close()
     finally:
-        con.close()
+        if pg is not None:
+            pg.stop()
         if os.environ.get("BENCH_KEEP") == "1":
             print(f"   (kept {base})", flush=True)
         else:

@@ -90,6 +90,8 @@ class Console:
             **(env or {}),
         }
         self.env.pop("DATABASE_URL", None) if "DATABASE_URL" not in (env or {}) else None
+        # A PostgreSQL console (the scale-out layout) when the caller names one; else SQLite.
+        self.database_url = self.env.get("DATABASE_URL", "")
         self.proc: subprocess.Popen | None = None
         if servers is not None:
             (self.home / "mcp.json").write_text(json.dumps({"servers": servers}, indent=2))
@@ -105,8 +107,12 @@ class Console:
         )
 
     def _fresh_database(self) -> None:
-        """A copy of a database migrated once per test run: migrate costs seconds a console."""
+        """A copy of a database migrated once per test run: migrate costs seconds a console.
+        A PostgreSQL database is migrated in place."""
         global _TEMPLATE
+        if self.database_url:
+            self.manage("migrate", "--noinput", "-v0")
+            return
         if _TEMPLATE is None:
             folder = Path(tempfile.mkdtemp(prefix="agenvoy-template-"))
             env = {**self.env, "AGENVOY_DATA_DIR": str(folder)}
@@ -124,13 +130,17 @@ class Console:
         """What `create_token` does, without starting Python again: only the hash is stored.
         The console's own token (`self.token`) is an admin; tests make agents and approvers."""
         token = "agv_" + secrets.token_urlsafe(32)
+        row = (name, role, hashlib.sha256(token.encode()).hexdigest(), token[:8], may_auto)
+        insert = "insert into mcpcore_apitoken (name, role, token_hash, hint, may_auto, created_at) values "
+        if self.database_url:
+            import psycopg
+
+            with psycopg.connect(self.database_url) as conn:
+                conn.execute(insert + "(%s, %s, %s, %s, %s, now())", row)
+            return token
         conn = sqlite3.connect(self.data / "db.sqlite3")
         with conn:
-            conn.execute(
-                "insert into mcpcore_apitoken (name, role, token_hash, hint, may_auto, created_at)"
-                " values (?, ?, ?, ?, ?, datetime('now'))",
-                (name, role, hashlib.sha256(token.encode()).hexdigest(), token[:8], int(may_auto)),
-            )
+            conn.execute(insert + "(?, ?, ?, ?, ?, datetime('now'))", (*row[:4], int(may_auto)))
         conn.close()
         return token
 
