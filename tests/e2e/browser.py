@@ -4,7 +4,7 @@ can sign in, and shots at desktop and phone width."""
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page
+from playwright.sync_api import Page, expect
 
 from tests.live import Console
 
@@ -37,6 +37,15 @@ def console_with_user(
         f"from django.contrib.auth.models import User; User.objects.create_user({user!r}, password={password!r})",
     )
     return c
+
+
+def sign_in(page: Page, user: str, password: str) -> None:
+    """Through the sign-in form, as a person does, onto the Servers page."""
+    page.get_by_label("Username").fill(user)
+    page.get_by_label("Password").fill(password)
+    # Password hashing is deliberately slow; on a loaded machine the sign-in takes a while.
+    page.get_by_role("button", name="Sign in").click(timeout=90_000)
+    expect(page.get_by_role("heading", name="Servers")).to_be_visible(timeout=90_000)
 
 
 def launch(pw):

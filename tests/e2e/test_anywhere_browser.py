@@ -11,7 +11,7 @@ import json
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from tests.e2e.browser import DESKTOP, PHONE, TIMEOUT, console_with_user, launch, shoot_into
+from tests.e2e.browser import DESKTOP, PHONE, TIMEOUT, console_with_user, launch, shoot_into, sign_in
 from tests.live import ROOT, Console, our_server, wait_until
 from tests.test_notify import Receiver, verify
 
@@ -108,10 +108,7 @@ def scroll_width(page: Page) -> int:
 
 def test_it_signs_in(page, console):
     page.goto("/login/")
-    page.get_by_label("Username").fill(USER)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click(timeout=90_000)
-    expect(page.get_by_role("heading", name="Servers")).to_be_visible(timeout=90_000)
+    sign_in(page, USER, PASSWORD)
     expect(nav(page, "Notifications")).to_be_visible()
     expect(page.get_by_role("button", name="Notify me")).to_be_visible()
 

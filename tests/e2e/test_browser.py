@@ -18,7 +18,7 @@ import psutil
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from tests.e2e.browser import DESKTOP, TIMEOUT, console_with_user, launch, shoot_into
+from tests.e2e.browser import DESKTOP, TIMEOUT, console_with_user, launch, shoot_into, sign_in
 from tests.live import EVERYTHING, ROOT, Console, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -112,11 +112,7 @@ def test_it_signs_in(page, console):
     page.goto("/")
     expect(page).to_have_url(f"{console.url}/login/?next=/")
     shoot(page, "login")
-    page.get_by_label("Username").fill(USER)
-    page.get_by_label("Password").fill(PASSWORD)
-    # Password hashing is deliberately slow; on a loaded machine the sign-in takes a while.
-    page.get_by_role("button", name="Sign in").click(timeout=90_000)
-    expect(page.get_by_role("heading", name="Servers")).to_be_visible(timeout=90_000)
+    sign_in(page, USER, PASSWORD)
     for link in ("Servers", "Pending", "History", "Tokens"):
         expect(nav(page, link)).to_be_visible()
 

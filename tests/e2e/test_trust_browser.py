@@ -6,7 +6,7 @@ Screenshots go to artifacts/screenshots/."""
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from tests.e2e.browser import DESKTOP, TIMEOUT, console_with_user, launch
+from tests.e2e.browser import DESKTOP, TIMEOUT, console_with_user, launch, sign_in
 from tests.e2e.test_browser import PASSWORD, USER, nav, shoot
 from tests.live import our_server, wait_until
 
@@ -35,10 +35,7 @@ def page(console):
         context.set_default_timeout(TIMEOUT)
         p = context.new_page()
         p.goto("/")
-        p.get_by_label("Username").fill(USER)
-        p.get_by_label("Password").fill(PASSWORD)
-        p.get_by_role("button", name="Sign in").click(timeout=90_000)
-        expect(p.get_by_role("heading", name="Servers")).to_be_visible(timeout=90_000)
+        sign_in(p, USER, PASSWORD)
         yield p
         context.close()
         browser.close()
