@@ -109,9 +109,6 @@ class Rule:
     text: str  # the line as it reads in the file, trimmed
     args: tuple[tuple[str, Glob], ...] = ()
 
-    def applies_to_name(self, name: str) -> bool:
-        return name.startswith(self.name) if self.prefix else name == self.name
-
     def matches_args(self, arguments: dict) -> bool:
         for key, glob in self.args:
             value = arguments.get(key, _ABSENT)
