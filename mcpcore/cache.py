@@ -12,13 +12,13 @@ after the commit, so another process could still answer from the old entry; and 
 queryset updates. Token `last_used_at` is not watched (it changes once a minute while a token
 is used), nor are the servers' lease and bookkeeping columns.
 
-Sync: call these on a database thread. Only the servers use the cache (`enable()`, called
+Sync: call these in a database job (`mcpcore.db`; the generation read goes through `db.sql`). Only the servers use the cache (`enable()`, called
 with `db.use_dedicated_threads`); elsewhere, in tests that roll back, every lookup queries.
 """
 
 import time
 
-from django.db import connection
+from . import db
 
 _kept: dict[tuple[str, str], tuple[int, object]] = {}
 _MAX = 10_000  # entries; past that everything is dropped and read again
@@ -33,9 +33,7 @@ def enable() -> None:
 
 def generation() -> int | None:
     """The current generation; None when the row is missing (then nothing is kept)."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT n FROM {TABLE} WHERE id = 1")
-        row = cursor.fetchone()
+    _, row = db.sql(f"SELECT n FROM {TABLE} WHERE id = 1")
     return row[0] if row else None
 
 

@@ -1,4 +1,4 @@
-"""Database work from async code, on threads kept for it, with group commit for a call's writes.
+"""Database work from async code, with group commit for a call's writes.
 
 Django's `sync_to_async` runs each request's database work on a thread of that request, so a
 call through `/v1` paid for new threads and connections several times over. Here the work goes
@@ -10,23 +10,60 @@ threads for the bodies of sync `/v1` views (`run_view`).
 `write(fn)` is a trip whose job shares one transaction with the other writes queued behind
 the same one: under load many calls' rows are committed by one commit, and each caller is
 answered only after that commit.
+
+With SQLite, `write` first tries the event loop's own thread (`_LoopWrites`): the writes queued
+in one turn of the loop run there in one transaction on a connection of the loop's, which never
+waits for a lock. A hand-off to a thread and back costs more than the statements of a call, and
+most calls need nothing else: their token, tool and pin come from `mcpcore.cache`, and their
+statements go through `sql()`. A write that needs the ORM (Django refuses it on the loop's
+thread), or finds another connection writing, goes to the database thread as before.
 """
 
 import asyncio
 import collections
+import contextlib
+import contextvars
 import functools
+import os
+import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.core.exceptions import SynchronousOnlyOperation
+from django.db import DatabaseError, connection, transaction
 
 _executor: ThreadPoolExecutor | None = None
 _writer: "_Lane | None" = None
 _views: ThreadPoolExecutor | None = None
+_loop_writes: "_LoopWrites | None" = None
+# The loop's SQLite connection while a write runs on the loop (`sql()` uses it), else None.
+_here: contextvars.ContextVar["sqlite3.Connection | None"] = contextvars.ContextVar(
+    "agenvoy_db_here", default=None
+)
+
+
+def sql(statement: str, params: Sequence = ()) -> tuple[int, tuple | None]:
+    """Run one statement (`%s` placeholders) on the connection of the job running it: the
+    loop's own inside a write run there, Django's anywhere else. Returns the number of rows it
+    changed and its first row (None when it returns none)."""
+    here = _here.get()
+    if here is not None:
+        cursor = here.execute(_qmark(statement), params)
+        return cursor.rowcount, cursor.fetchone()
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.rowcount, cursor.fetchone() if cursor.description else None
+
+
+@functools.cache
+def _qmark(statement: str) -> str:
+    # The few statements sent through sql() carry no literal "%" (Django's backend converts the
+    # same way for its own SQLite cursors).
+    return statement.replace("%s", "?")
 
 
 class _Lane:
@@ -107,6 +144,115 @@ def _atomic(fn: Callable[[], Any]) -> Any:
         return fn()
 
 
+class _LoopWrites:
+    """SQLite writes on the event loop's thread: what `write` queued in one turn of the loop
+    runs at the end of it, in one transaction (group commit), answered after the COMMIT.
+
+    The connection never waits: BEGIN IMMEDIATE fails at once when another connection (the
+    database thread, another process) holds the write lock, and then the whole turn's writes go
+    to the database thread, which waits its turn there. A job that reaches for the ORM raises
+    SynchronousOnlyOperation (Django's own check) and goes to the database thread alone; one
+    that raises after it wrote (jobs must raise before they write), or any SQLite error, sends
+    the turn's writes there, rolled back. The connection leaves checkpoints to the database
+    thread, so a checkpoint's fsync never stalls the loop."""
+
+    CHECKPOINT_EVERY = 500  # commits
+
+    def __init__(self, path: str, lane: _Lane) -> None:
+        self._path = path
+        self._lane = lane
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._queued: list = []
+        self._commits = 0
+
+    def submit(self, fn: Callable[[], Any]) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._open(loop)
+        future = loop.create_future()
+        self._queued.append((fn, future))
+        if len(self._queued) == 1:
+            loop.call_soon(self._flush)
+        return future
+
+    def _open(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        # Used only by its loop's thread; check_same_thread would refuse the close of an old one.
+        self._conn = sqlite3.connect(self._path, timeout=0, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA wal_autocheckpoint=0")
+        self._loop, self._queued = loop, []
+
+    def _flush(self) -> None:
+        batch, self._queued = self._queued, []
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error:  # another connection is writing: wait for it elsewhere
+            self._elsewhere(batch)
+            return
+        settled, elsewhere = [], []
+        mark = _here.set(conn)
+        try:
+            for fn, future in batch:
+                before = conn.total_changes
+                try:
+                    outcome = (True, fn())
+                except sqlite3.Error:
+                    raise
+                except BaseException as exc:
+                    if conn.total_changes != before:
+                        raise _WroteThenRaised() from exc
+                    if isinstance(exc, SynchronousOnlyOperation):
+                        elsewhere.append((fn, future))  # it needs the ORM
+                        continue
+                    outcome = (False, exc)
+                settled.append((future, outcome))
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            self._elsewhere(batch)
+            return
+        finally:
+            _here.reset(mark)
+        _settle(settled)
+        self._elsewhere(elsewhere)
+        self._commits += 1
+        if self._commits % self.CHECKPOINT_EVERY == 0:
+            self._lane.submit(_checkpoint, grouped=False).add_done_callback(_ignore)
+
+    def _elsewhere(self, batch: list) -> None:
+        """Hand writes to the database thread; each caller gets what it gives."""
+        for fn, future in batch:
+            self._lane.submit(fn, grouped=True).add_done_callback(functools.partial(_relay, future))
+
+
+class _WroteThenRaised(Exception):
+    pass
+
+
+def _relay(future: asyncio.Future, done: asyncio.Future) -> None:
+    if future.cancelled():
+        return
+    if done.exception() is not None:
+        future.set_exception(done.exception())
+    else:
+        future.set_result(done.result())
+
+
+def _ignore(done: asyncio.Future) -> None:
+    if not done.cancelled():
+        done.exception()
+
+
+def _checkpoint() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+
 def _settle(settled: list) -> None:
     for future, (ok, value) in settled:
         if future.cancelled():
@@ -121,15 +267,21 @@ def use_dedicated_threads() -> None:
     """Called by the servers (the ASGI application, mcpworker). Elsewhere, in tests under
     Django's test client for one, database work stays on asgiref's thread, which shares the
     test's transaction, and nothing is cached."""
-    global _executor, _writer, _views
+    global _executor, _writer, _views, _loop_writes
     from . import cache
 
     cache.enable()  # servers keep tokens and tools in memory (see mcpcore.cache)
     if _writer is None:
-        sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+        database = settings.DATABASES["default"]
         _writer = _Lane("agenvoy-db")
         _views = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agenvoy-view")
-        if not sqlite:
+        if database["ENGINE"].endswith("sqlite3"):
+            # Django's refusal of the ORM on the loop's thread is what sends such a write to
+            # the database thread; with the refusal switched off it would run outside the
+            # loop's transaction.
+            if not os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE"):
+                _loop_writes = _LoopWrites(str(database["NAME"]), _writer)
+        else:
             _executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="agenvoy-db")
 
 
@@ -159,4 +311,6 @@ async def write(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     call = functools.partial(fn, *args, **kwargs)
     if _writer is None:
         return await sync_to_async(functools.partial(_atomic, call))()
+    if _loop_writes is not None:
+        return await _loop_writes.submit(call)
     return await _writer.submit(call, grouped=True)

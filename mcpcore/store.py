@@ -3,12 +3,14 @@
 statements on every call, which cost more than running them. Values go through each field's
 own `get_db_prep_save`, so what is stored is exactly what `save()` would store.
 
-Sync: run them on a database thread (`mcpcore.db.write`)."""
+Sync: run them in a database job (`mcpcore.db.write`); they go through `db.sql`, so they also
+run on the event loop's own SQLite connection."""
 
 import functools
 
 from django.db import connection
 
+from . import db
 from .models import ToolCall
 
 _FIELDS = ToolCall._meta.concrete_fields
@@ -41,8 +43,7 @@ def _prep(field, value):
 def insert(call: ToolCall) -> None:
     """Store a new call, as `call.save()` would (defaults already set by the constructor)."""
     params = [_prep(f, getattr(call, f.attname)) for f in _FIELDS]
-    with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(connection.vendor), params)
+    db.sql(_insert_sql(connection.vendor), params)
     call._state.adding = False
     call._state.db = "default"
 
@@ -52,6 +53,5 @@ def end(call_id, fields: dict) -> bool:
     names = tuple(sorted(fields))
     params = [_prep(_BY_NAME[n], fields[n]) for n in names]
     params += [_prep(_BY_NAME["id"], call_id), *_LIVE]
-    with connection.cursor() as cursor:
-        cursor.execute(_end_sql(connection.vendor, names), params)
-        return cursor.rowcount == 1
+    changed, _ = db.sql(_end_sql(connection.vendor, names), params)
+    return changed == 1

@@ -1,8 +1,11 @@
-"""Group commit on the database thread (`mcpcore.db`): writes queued together share one
-transaction and are answered after its commit; a database error in one of them costs the others
-nothing (the batch runs again, each write alone); plain jobs stay out of the transaction."""
+"""Group commit (`mcpcore.db`): writes queued together share one transaction and are answered
+after its commit; a database error in one of them costs the others nothing (the batch runs
+again, each write alone); plain jobs stay out of the transaction. With SQLite the writes of one
+turn of the event loop run on the loop's own connection, and what can't (the ORM, another
+writer holding the lock) runs on the database thread instead."""
 
 import asyncio
+import sqlite3
 import threading
 
 import pytest
@@ -74,3 +77,112 @@ async def test_it_runs_each_write_alone_when_one_of_a_batch_fails_with_a_databas
     ids = {c.id async for c in ToolCall.objects.all()}
     assert ids == {first.id, second.id}
     assert (await ToolCall.objects.aget(id=first.id)).arguments == {"t": "a"}
+
+
+# --- writes on the event loop's own SQLite connection (`db._LoopWrites`) ----------------------
+
+
+def _loop_writes() -> tuple["db._LoopWrites", "db._Lane"]:
+    lane = db._Lane("test-db")
+    return db._LoopWrites(str(connection.settings_dict["NAME"]), lane), lane
+
+
+def _stored_elsewhere(call_id) -> bool:
+    """Whether another connection sees the row: it was committed."""
+    with sqlite3.connect(connection.settings_dict["NAME"]) as other:
+        return (
+            other.execute("SELECT 1 FROM mcpcore_toolcall WHERE id = ?", [call_id.hex]).fetchone() is not None
+        )
+
+
+def _insert_here(call: ToolCall) -> int:
+    store.insert(call)
+    return threading.get_ident()
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_runs_the_writes_of_one_loop_turn_on_the_loop_in_one_commit():
+    writes, _lane = _loop_writes()
+    made = [_new_call(f"n{i}") for i in range(10)]
+    threads = await asyncio.gather(*(writes.submit(lambda c=c: _insert_here(c)) for c in made))
+    assert set(threads) == {threading.get_ident()}  # no hand-off to a thread
+    assert writes._commits == 1  # the ten queued in one turn share one commit
+    assert all(_stored_elsewhere(c.id) for c in made)  # answered after that commit
+
+    one = _new_call("alone")
+    await writes.submit(lambda: _insert_here(one))
+    assert writes._commits == 2 and _stored_elsewhere(one.id)
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_hands_a_write_that_needs_the_orm_to_the_database_thread():
+    writes, _lane = _loop_writes()
+    call = _new_call("orm")
+
+    def with_orm():
+        before = ToolCall.objects.count()  # Django refuses this on the loop's thread
+        store.insert(call)
+        return before, threading.current_thread().name
+
+    before, thread = await writes.submit(with_orm)
+    assert (before, thread) == (0, "test-db")
+    assert _stored_elsewhere(call.id)
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_never_waits_on_the_loop_for_another_writer():
+    writes, _lane = _loop_writes()
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_write_lock():
+        with sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None) as other:
+            other.execute("BEGIN IMMEDIATE")
+            held.set()
+            release.wait(10)
+            other.execute("COMMIT")
+
+    holder = threading.Thread(target=hold_the_write_lock)
+    holder.start()
+    await asyncio.to_thread(held.wait, 10)
+    call = _new_call("later")
+    pending = asyncio.ensure_future(writes.submit(lambda: _insert_here(call)))
+    ticks = 0
+    for _ in range(5):  # the loop goes on turning while the lock is held elsewhere
+        await asyncio.sleep(0.01)
+        ticks += 1
+    assert ticks == 5 and not pending.done()
+    release.set()
+    async with asyncio.timeout(10):
+        thread = await pending
+    holder.join(10)
+    assert thread != threading.get_ident()  # it waited on the database thread
+    assert _stored_elsewhere(call.id)
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_keeps_nothing_of_a_write_that_raised_after_writing_and_loses_no_other():
+    writes, _lane = _loop_writes()
+    first, second, bad = _new_call("a"), _new_call("b"), _new_call("bad")
+    twin = _new_call("twin")
+    twin.id = first.id
+
+    def wrote_then_failed():
+        store.insert(bad)
+        raise ValueError("after the write")
+
+    outcomes = await asyncio.gather(
+        writes.submit(lambda: _insert_here(first)),
+        writes.submit(wrote_then_failed),
+        writes.submit(lambda: _insert_here(twin)),
+        writes.submit(lambda: _insert_here(second)),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[1], ValueError)
+    assert isinstance(outcomes[2], IntegrityError)  # Django's, as from any database job
+    assert not isinstance(outcomes[0], Exception) and not isinstance(outcomes[3], Exception)
+    ids = {c.id async for c in ToolCall.objects.all()}
+    assert ids == {first.id, second.id}  # the raising write's row went with its transaction

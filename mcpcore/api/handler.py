@@ -58,6 +58,12 @@ class ApiHandler(ASGIHandler):
             if not request.client_gone.is_set():
                 await self.send_response(response, send)
 
+    async def send_response(self, response, send):
+        # CommonMiddleware sets it for pages; without it the server sends the body chunked.
+        if not response.streaming and not response.has_header("Content-Length"):
+            response["Content-Length"] = str(len(response.content))
+        await super().send_response(response, send)
+
 
 async def _watch_disconnect(receive, gone: asyncio.Event) -> None:
     # After the body, the only message a server sends is http.disconnect.

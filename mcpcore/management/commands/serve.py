@@ -5,6 +5,7 @@ import asyncio
 import logging
 import sys
 
+import daphne.http_protocol
 from django.core.management.base import BaseCommand
 from twisted.internet import defer, reactor
 
@@ -54,6 +55,20 @@ class EmbeddedServer(daphne.server.Server):
                 self._host_task.cancel()
 
         return defer.Deferred.fromFuture(asyncio.ensure_future(stop()))
+
+
+class WebRequest(daphne.http_protocol.WebRequest):
+    """Daphne's request without Twisted's own parsing of POSTed forms: Daphne hands the body to
+    the application as it is (Django parses forms), and on every POST Twisted ran the
+    standard library's email parser over the Content-Type header to decide whether to parse
+    it, about a tenth of a millisecond per call."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, parsePOSTFormSubmission=False, **kwargs)
+
+
+# Daphne's HTTPFactory names the class it builds each request with through this module global.
+daphne.http_protocol.WebRequest = WebRequest
 
 
 def application():
