@@ -186,7 +186,7 @@ def create(
         changed=changed,
     )
     now = timezone.now()
-    call = ToolCall(
+    call = store.new(
         session_id=session_id,
         tool_name=tool.registered_name,
         server_name=server.name,

@@ -3,7 +3,7 @@ to MCP itself: it writes what is wanted in the database and says so here (or, fo
 the process that hosts its supervisor, through `calls.Runner`)."""
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 SUPERVISORS = "mcp-supervisors"  # group every supervisor worker joins
 STATUS = "mcp-status"  # group browsers join for live server status
@@ -27,8 +27,13 @@ def send_group(group: str, message: dict) -> None:
 
 async def asend_group(group: str, message: dict) -> None:
     layer = get_channel_layer()
-    if layer is not None:
-        await layer.group_send(group, message)
+    if layer is None:
+        return
+    if isinstance(layer, InMemoryChannelLayer) and not layer.groups.get(group):
+        # Nobody in this process listens (most calls' own groups): the in-memory layer would
+        # still sweep every channel and group for expired entries first.
+        return
+    await layer.group_send(group, message)
 
 
 async def reconnect(name: str | None) -> dict[str, str] | None:

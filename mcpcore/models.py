@@ -262,7 +262,8 @@ class ToolCall(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     kind = models.CharField(max_length=20, choices=KINDS, default=TOOL_CONFIRM)
-    confirm_id = models.UUIDField(null=True, blank=True, unique=True)
+    # Unique among confirmations (see Meta); calls that run at once have none.
+    confirm_id = models.UUIDField(null=True, blank=True)
     session_id = models.CharField(max_length=200, db_index=True)
     tool_name = models.CharField(max_length=700, db_index=True)
     server_name = models.CharField(max_length=64, db_index=True)
@@ -271,7 +272,8 @@ class ToolCall(models.Model):
     mode = models.CharField(max_length=10, default="confirm")
     token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL)
     requested_by = models.CharField(max_length=150, blank=True, default="")
-    status = models.CharField(max_length=12, choices=STATUSES, default="pending", db_index=True)
+    # Indexed through (status, expires_at), which serves lookups by status alone too.
+    status = models.CharField(max_length=12, choices=STATUSES, default="pending")
     decision = models.CharField(max_length=20, blank=True, default="")
     decided_by = models.CharField(max_length=150, blank=True, default="")
     decided_at = models.DateTimeField(null=True, blank=True)
@@ -302,6 +304,15 @@ class ToolCall(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # Each index costs every call's INSERT (and a status index its UPDATE too): calls that
+        # run at once leave the confirmation indexes alone.
+        constraints = [
+            models.UniqueConstraint(
+                fields=["confirm_id"],
+                name="mcpcore_toolcall_confirm_id_uniq",
+                condition=models.Q(confirm_id__isnull=False),
+            ),
+        ]
         indexes = [
             models.Index(fields=["status", "expires_at"]),
             # The notifier's question every second: confirmations not yet told about in full.

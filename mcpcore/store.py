@@ -1,14 +1,16 @@
 """The few statements every tool call runs, as SQL built once from the model: record the call
-(one INSERT) and end it (one conditional UPDATE). The ORM would build and compile the same
-statements on every call, which cost more than running them. Values go through each field's
-own `get_db_prep_save`, so what is stored is exactly what `save()` would store.
+(one INSERT) and end it (one conditional UPDATE), plus making the call's object. The ORM would
+build and compile the same statements on every call, and Django's keyword constructor weigh
+each of the model's fields, which cost more than running them. Values go through each field's
+own `get_db_prep_save`, except those a field would pass through unchanged (a `str` for a text
+column, an `int` or `bool` for a number), so what is stored is exactly what `save()` would store.
 
 Sync: run them in a database job (`mcpcore.db.write`); they go through `db.sql`, so they also
 run on the event loop's own SQLite connection."""
 
 import functools
 
-from django.db import connection
+from django.db import connection, models
 
 from . import db
 from .models import ToolCall
@@ -16,6 +18,34 @@ from .models import ToolCall
 _FIELDS = ToolCall._meta.concrete_fields
 _BY_NAME = {f.name: f for f in _FIELDS} | {f.attname: f for f in _FIELDS}
 _LIVE = ("pending", "running")
+# Fields whose get_db_prep_save returns a value of these types as it is.
+_PLAIN = {
+    models.CharField: (str,),
+    models.TextField: (str,),
+    models.BooleanField: (bool,),
+    models.PositiveSmallIntegerField: (int,),
+    models.PositiveBigIntegerField: (int,),
+}
+
+
+def new(**fields) -> ToolCall:
+    """`ToolCall(**fields)`: the same object, made the way Django makes one from a row (one
+    value per field, in order), with each missing field's default."""
+    values = []
+    for field in _FIELDS:
+        if field.attname in fields:
+            values.append(fields.pop(field.attname))
+        elif field.name in fields:  # a related object (token=...): its id is the column
+            related = fields[field.name]
+            values.append(None if related is None else related.pk)
+        else:
+            values.append(field.get_default())
+    call = ToolCall(*values)
+    for name, value in fields.items():  # related objects, so call.token needs no query
+        if name not in _BY_NAME:
+            raise TypeError(f"ToolCall has no field {name!r}")
+        setattr(call, name, value)
+    return call
 
 
 @functools.cache
@@ -37,6 +67,8 @@ def _end_sql(vendor: str, names: tuple[str, ...]) -> str:
 
 
 def _prep(field, value):
+    if value is None or type(value) in _PLAIN.get(type(field), ()):
+        return value
     return field.get_db_prep_save(value, connection)
 
 

@@ -48,14 +48,14 @@ class ApiHandler(ASGIHandler):
             if request is None:
                 await self.send_response(error_response, send)
                 return
-            # Long polls (`wait=`) watch this and stop when the client has gone away.
-            request.client_gone = asyncio.Event()
+            # Long polls (`wait=`) watch this future and stop when the client has gone away.
+            request.client_gone = asyncio.get_running_loop().create_future()
             listener = asyncio.ensure_future(_watch_disconnect(receive, request.client_gone))
             try:
                 response = await self.run_get_response(request)
             finally:
                 listener.cancel()
-            if not request.client_gone.is_set():
+            if not request.client_gone.done():
                 await self.send_response(response, send)
 
     async def send_response(self, response, send):
@@ -65,11 +65,12 @@ class ApiHandler(ASGIHandler):
         await super().send_response(response, send)
 
 
-async def _watch_disconnect(receive, gone: asyncio.Event) -> None:
+async def _watch_disconnect(receive, gone: asyncio.Future) -> None:
     # After the body, the only message a server sends is http.disconnect.
     while (await receive())["type"] != "http.disconnect":
         pass
-    gone.set()
+    if not gone.done():
+        gone.set_result(None)
 
 
 class ApiRouter:

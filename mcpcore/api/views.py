@@ -177,15 +177,11 @@ def _answer(call, full: bool = False) -> JsonResponse:
 async def _until_gone(request: HttpRequest, waiting, seconds: float):
     """What `calls.wait` gives, cut short when the client has disconnected: nobody is left to
     answer, and a long poll must not hold its channel for nothing (the call goes on)."""
-    task = asyncio.ensure_future(waiting)
     gone = getattr(request, "client_gone", None)  # set by the ASGI handler; not in test clients
     if gone is None or seconds <= 0:
-        return await task
-    waiter = asyncio.ensure_future(gone.wait())
-    try:
-        await asyncio.wait([task, waiter], return_when="FIRST_COMPLETED")
-    finally:
-        waiter.cancel()
+        return await waiting
+    task = asyncio.ensure_future(waiting)
+    await asyncio.wait([task, gone], return_when="FIRST_COMPLETED")
     if task.done():
         return task.result()
     task.cancel()

@@ -1,0 +1,106 @@
+"""The call path's own statements (`mcpcore.store`) store exactly what the ORM would, on
+Django's connection and on the event loop's own SQLite connection alike."""
+
+import datetime
+import uuid
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from mcpcore import db, store
+from mcpcore.models import ApiToken, ToolCall
+
+WHEN = datetime.datetime(2026, 12, 1, 10, 30, 15, 123456, tzinfo=datetime.UTC)
+
+
+def _fields(token: ApiToken | None) -> dict:
+    return {
+        "session_id": "s-1",
+        "tool_name": "mcp__echo__echo",
+        "server_name": "echo",
+        "tool": " echo ",
+        "arguments": {"text": "héllo", "n": [1, 2.5, None, True]},
+        "mode": "auto",
+        "token": token,
+        "requested_by": "agent",
+        "created_at": WHEN,
+        "status": "running",
+        "decided_at": WHEN,
+        "started_at": WHEN,
+        "attempts": 1,
+        "definition_changed": True,
+        "via": "mcp",
+    }
+
+
+def _row(call_id) -> tuple:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM mcpcore_toolcall WHERE id = %s", [call_id.hex])
+        return cursor.fetchone()
+
+
+def _values(call: ToolCall) -> dict:
+    return {f.attname: getattr(call, f.attname) for f in ToolCall._meta.concrete_fields}
+
+
+@pytest.mark.django_db
+def test_it_makes_the_same_object_as_the_keyword_constructor():
+    token = ApiToken.objects.create(name="a", token_hash="h", role="agent")
+    fixed = {"id": uuid.uuid4(), **_fields(token)}
+    made, expected = store.new(**fixed), ToolCall(**fixed)
+    assert _values(made) == _values(expected)
+    assert made.token is token  # the related object is kept: no query to reach it
+    assert made._state.adding
+    with pytest.raises(TypeError):
+        store.new(nonsense=1)
+
+
+@pytest.mark.django_db
+def test_it_stores_and_ends_a_call_exactly_as_the_orm_would():
+    token = ApiToken.objects.create(name="a", token_hash="h", role="agent")
+    ours, theirs = store.new(**_fields(token)), ToolCall(**_fields(token))
+    store.insert(ours)
+    theirs.save(force_insert=True)
+    assert _row(ours.id)[1:] == _row(theirs.id)[1:]
+
+    ended = {"status": "done", "result": "ok", "ended_at": WHEN, "is_error": False, "native_result": None}
+    assert store.end(ours.id, ended)
+    ToolCall.objects.filter(id=theirs.id).update(**ended)
+    assert _row(ours.id)[1:] == _row(theirs.id)[1:]
+    assert not store.end(ours.id, ended)  # ended already: nothing is overwritten
+    assert ToolCall.objects.get(id=ours.id).arguments == _fields(None)["arguments"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_stores_the_same_row_through_the_loops_own_connection():
+    token = await ApiToken.objects.acreate(name="a", token_hash="h", role="agent")
+    writes = db._LoopWrites(str(connection.settings_dict["NAME"]), db._Lane("test-db"))
+    ours, theirs = store.new(**_fields(token)), ToolCall(**_fields(token))
+    ended = {"status": "error", "result": "no", "ended_at": timezone.now(), "is_error": True}
+
+    def on_the_loop():
+        assert db._here.get() is not None  # this job did run on the loop's connection
+        store.insert(ours)
+        return store.end(ours.id, ended)
+
+    assert await writes.submit(on_the_loop)
+    await theirs.asave(force_insert=True)
+    await ToolCall.objects.filter(id=theirs.id).aupdate(**ended)
+    mine, orm = await db.run(_row, ours.id), await db.run(_row, theirs.id)
+    assert mine[1:] == orm[1:]
+
+
+@pytest.mark.django_db
+def test_it_keeps_confirmations_unique_while_calls_without_one_skip_the_index():
+    from django.db import IntegrityError, transaction
+
+    shared = uuid.uuid4()
+    for _ in range(3):  # calls that ran at once have no confirmation id
+        store.insert(store.new(**_fields(None)))
+    store.insert(store.new(**_fields(None), confirm_id=shared))
+    with pytest.raises(IntegrityError), transaction.atomic():
+        store.insert(store.new(**_fields(None), confirm_id=shared))
+    assert ToolCall.objects.filter(confirm_id=shared).count() == 1
+    assert ToolCall.objects.filter(confirm_id__isnull=True).count() == 3
