@@ -11,7 +11,7 @@ threads for the bodies of sync `/v1` views (`run_view`).
 the same one: under load many calls' rows are committed by one commit, and each caller is
 answered only after that commit.
 
-With SQLite, `write` first tries the event loop's own thread (`_LoopWrites`): the writes queued
+With SQLite, `write` first tries the event loop's own thread (`_LoopSQLite`): the writes queued
 in one turn of the loop run there in one transaction on a connection of the loop's, which never
 waits for a lock. A hand-off to a thread and back costs more than the statements of a call, and
 most calls need nothing else: their token, tool and pin come from `mcpcore.cache`, and their
@@ -39,7 +39,7 @@ from django.db import DatabaseError, connection, transaction
 _executor: ThreadPoolExecutor | None = None
 _writer: "_Lane | None" = None
 _views: ThreadPoolExecutor | None = None
-_loop_writes: "_LoopWrites | None" = None
+_on_loop: "_LoopSQLite | None" = None
 # The loop's SQLite connection while a write runs on the loop (`sql()` uses it), else None.
 _here: contextvars.ContextVar["sqlite3.Connection | None"] = contextvars.ContextVar(
     "agenvoy_db_here", default=None
@@ -144,9 +144,10 @@ def _atomic(fn: Callable[[], Any]) -> Any:
         return fn()
 
 
-class _LoopWrites:
-    """SQLite writes on the event loop's thread: what `write` queued in one turn of the loop
-    runs at the end of it, in one transaction (group commit), answered after the COMMIT.
+class _LoopSQLite:
+    """SQLite on the event loop's thread. Writes: what `write` queued during one turn of the
+    loop runs together right after it, in one transaction (group commit), each caller answered
+    after the COMMIT. Reads (`read`) run at once, outside any transaction.
 
     The connection never waits: BEGIN IMMEDIATE fails at once when another connection (the
     database thread, another process) holds the write lock, and then the whole turn's writes go
@@ -175,6 +176,19 @@ class _LoopWrites:
         if len(self._queued) == 1:
             loop.call_soon(self._flush)
         return future
+
+    def read(self, fn: Callable[[], Any]) -> tuple[bool, Any]:
+        """(True, what `fn` returned), or (False, None) when it needs the ORM."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._open(loop)
+        mark = _here.set(self._conn)
+        try:
+            return True, fn()
+        except SynchronousOnlyOperation:
+            return False, None
+        finally:
+            _here.reset(mark)
 
     def _open(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._conn is not None:
@@ -237,7 +251,9 @@ class _WroteThenRaised(Exception):
 def _relay(future: asyncio.Future, done: asyncio.Future) -> None:
     if future.cancelled():
         return
-    if done.exception() is not None:
+    if done.cancelled():
+        future.cancel()
+    elif done.exception() is not None:
         future.set_exception(done.exception())
     else:
         future.set_result(done.result())
@@ -267,7 +283,7 @@ def use_dedicated_threads() -> None:
     """Called by the servers (the ASGI application, mcpworker). Elsewhere, in tests under
     Django's test client for one, database work stays on asgiref's thread, which shares the
     test's transaction, and nothing is cached."""
-    global _executor, _writer, _views, _loop_writes
+    global _executor, _writer, _views, _on_loop
     from . import cache
 
     cache.enable()  # servers keep tokens and tools in memory (see mcpcore.cache)
@@ -279,8 +295,10 @@ def use_dedicated_threads() -> None:
             # Django's refusal of the ORM on the loop's thread is what sends such a write to
             # the database thread; with the refusal switched off it would run outside the
             # loop's transaction.
-            if not os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE"):
-                _loop_writes = _LoopWrites(str(database["NAME"]), _writer)
+            name = str(database["NAME"])
+            in_memory = name == ":memory:" or "mode=memory" in name  # one database per connection
+            if not os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE") and not in_memory:
+                _on_loop = _LoopSQLite(name, _writer)
         else:
             _executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="agenvoy-db")
 
@@ -293,6 +311,18 @@ async def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if _executor is None:
         return await _writer.submit(call, grouped=False)
     return await asyncio.get_running_loop().run_in_executor(_executor, call)
+
+
+async def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`run` for a job that only reads and may run twice (nothing it does before a query needs
+    undoing): with SQLite it runs at once on the event loop's own connection, and on a database
+    thread only when it needs the ORM (Django refuses that on the loop's thread)."""
+    call = functools.partial(fn, *args, **kwargs)
+    if _on_loop is not None:
+        done, value = _on_loop.read(call)
+        if done:
+            return value
+    return await run(call)
 
 
 async def run_view(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -311,6 +341,6 @@ async def write(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     call = functools.partial(fn, *args, **kwargs)
     if _writer is None:
         return await sync_to_async(functools.partial(_atomic, call))()
-    if _loop_writes is not None:
-        return await _loop_writes.submit(call)
+    if _on_loop is not None:
+        return await _on_loop.submit(call)
     return await _writer.submit(call, grouped=True)

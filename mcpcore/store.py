@@ -10,7 +10,7 @@ run on the event loop's own SQLite connection."""
 
 import functools
 
-from django.db import connection, models
+from django.db import connections, models
 
 from . import db
 from .models import ToolCall
@@ -49,16 +49,16 @@ def new(**fields) -> ToolCall:
 
 
 @functools.cache
-def _insert_sql(vendor: str) -> str:
-    qn = connection.ops.quote_name
+def _insert_sql() -> str:
+    qn = _backend().ops.quote_name
     columns = ", ".join(qn(f.column) for f in _FIELDS)
     marks = ", ".join(["%s"] * len(_FIELDS))
     return f"INSERT INTO {qn(ToolCall._meta.db_table)} ({columns}) VALUES ({marks})"
 
 
 @functools.cache
-def _end_sql(vendor: str, names: tuple[str, ...]) -> str:
-    qn = connection.ops.quote_name
+def _end_sql(names: tuple[str, ...]) -> str:
+    qn = _backend().ops.quote_name
     sets = ", ".join(f"{qn(_BY_NAME[n].column)} = %s" for n in names)
     return (
         f"UPDATE {qn(ToolCall._meta.db_table)} SET {sets} "
@@ -66,16 +66,24 @@ def _end_sql(vendor: str, names: tuple[str, ...]) -> str:
     )
 
 
+@functools.cache
+def _backend():
+    """A database wrapper of our own that is never connected, for what values become and the
+    SQL's quoting. Not `django.db.connection`: on the event loop's thread Django keeps one per
+    task, and makes a new one for each."""
+    return connections.create_connection("default")
+
+
 def _prep(field, value):
     if value is None or type(value) in _PLAIN.get(type(field), ()):
         return value
-    return field.get_db_prep_save(value, connection)
+    return field.get_db_prep_save(value, _backend())
 
 
 def insert(call: ToolCall) -> None:
     """Store a new call, as `call.save()` would (defaults already set by the constructor)."""
     params = [_prep(f, getattr(call, f.attname)) for f in _FIELDS]
-    db.sql(_insert_sql(connection.vendor), params)
+    db.sql(_insert_sql(), params)
     call._state.adding = False
     call._state.db = "default"
 
@@ -85,5 +93,5 @@ def end(call_id, fields: dict) -> bool:
     names = tuple(sorted(fields))
     params = [_prep(_BY_NAME[n], fields[n]) for n in names]
     params += [_prep(_BY_NAME["id"], call_id), *_LIVE]
-    changed, _ = db.sql(_end_sql(connection.vendor, names), params)
+    changed, _ = db.sql(_end_sql(names), params)
     return changed == 1

@@ -79,12 +79,12 @@ async def test_it_runs_each_write_alone_when_one_of_a_batch_fails_with_a_databas
     assert (await ToolCall.objects.aget(id=first.id)).arguments == {"t": "a"}
 
 
-# --- writes on the event loop's own SQLite connection (`db._LoopWrites`) ----------------------
+# --- writes on the event loop's own SQLite connection (`db._LoopSQLite`) ----------------------
 
 
-def _loop_writes() -> tuple["db._LoopWrites", "db._Lane"]:
+def _loop_sqlite() -> tuple["db._LoopSQLite", "db._Lane"]:
     lane = db._Lane("test-db")
-    return db._LoopWrites(str(connection.settings_dict["NAME"]), lane), lane
+    return db._LoopSQLite(str(connection.settings_dict["NAME"]), lane), lane
 
 
 def _stored_elsewhere(call_id) -> bool:
@@ -103,7 +103,7 @@ def _insert_here(call: ToolCall) -> int:
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_it_runs_the_writes_of_one_loop_turn_on_the_loop_in_one_commit():
-    writes, _lane = _loop_writes()
+    writes, _lane = _loop_sqlite()
     made = [_new_call(f"n{i}") for i in range(10)]
     threads = await asyncio.gather(*(writes.submit(lambda c=c: _insert_here(c)) for c in made))
     assert set(threads) == {threading.get_ident()}  # no hand-off to a thread
@@ -118,7 +118,7 @@ async def test_it_runs_the_writes_of_one_loop_turn_on_the_loop_in_one_commit():
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_it_hands_a_write_that_needs_the_orm_to_the_database_thread():
-    writes, _lane = _loop_writes()
+    writes, _lane = _loop_sqlite()
     call = _new_call("orm")
 
     def with_orm():
@@ -134,7 +134,7 @@ async def test_it_hands_a_write_that_needs_the_orm_to_the_database_thread():
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_it_never_waits_on_the_loop_for_another_writer():
-    writes, _lane = _loop_writes()
+    writes, _lane = _loop_sqlite()
     held, release = threading.Event(), threading.Event()
 
     def hold_the_write_lock():
@@ -165,7 +165,7 @@ async def test_it_never_waits_on_the_loop_for_another_writer():
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_it_keeps_nothing_of_a_write_that_raised_after_writing_and_loses_no_other():
-    writes, _lane = _loop_writes()
+    writes, _lane = _loop_sqlite()
     first, second, bad = _new_call("a"), _new_call("b"), _new_call("bad")
     twin = _new_call("twin")
     twin.id = first.id
@@ -186,3 +186,23 @@ async def test_it_keeps_nothing_of_a_write_that_raised_after_writing_and_loses_n
     assert not isinstance(outcomes[0], Exception) and not isinstance(outcomes[3], Exception)
     ids = {c.id async for c in ToolCall.objects.all()}
     assert ids == {first.id, second.id}  # the raising write's row went with its transaction
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_reads_on_the_loop_and_on_the_database_thread_only_for_the_orm(monkeypatch):
+    loop_sqlite, _lane = _loop_sqlite()
+    monkeypatch.setattr(db, "_on_loop", loop_sqlite)
+    monkeypatch.setattr(db, "_writer", _lane)
+    call = _new_call("read")
+    await loop_sqlite.submit(lambda: _insert_here(call))
+
+    def plain():
+        _, row = db.sql("SELECT tool FROM mcpcore_toolcall WHERE id = %s", [call.id.hex])
+        return row[0], threading.get_ident()
+
+    def with_orm():
+        return ToolCall.objects.get(id=call.id).tool, threading.current_thread().name
+
+    assert await db.read(plain) == ("t", threading.get_ident())
+    assert await db.read(with_orm) == ("t", "test-db")

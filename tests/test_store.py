@@ -76,7 +76,7 @@ def test_it_stores_and_ends_a_call_exactly_as_the_orm_would():
 @pytest.mark.django_db(transaction=True)
 async def test_it_stores_the_same_row_through_the_loops_own_connection():
     token = await ApiToken.objects.acreate(name="a", token_hash="h", role="agent")
-    writes = db._LoopWrites(str(connection.settings_dict["NAME"]), db._Lane("test-db"))
+    writes = db._LoopSQLite(str(connection.settings_dict["NAME"]), db._Lane("test-db"))
     ours, theirs = store.new(**_fields(token)), ToolCall(**_fields(token))
     ended = {"status": "error", "result": "no", "ended_at": timezone.now(), "is_error": True}
 

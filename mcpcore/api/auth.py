@@ -39,7 +39,8 @@ def _token_of(request: HttpRequest) -> ApiToken | None:
 def authenticate(authorization_header_value: str) -> ApiToken | None:
     """The live (not revoked) token named by an `Authorization: Bearer <token>` value, or None.
 
-    Sync (it reads the database): call it from async code through `mcpcore.db.run`. Shared by
+    Sync (it reads the database): call it from async code through `mcpcore.db` (`read`, or
+    within a `write` job). Shared by
     `/v1` and the console's MCP endpoints, so both accept exactly the same tokens."""
     scheme, _, value = (authorization_header_value or "").partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
@@ -228,7 +229,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
             @functools.wraps(view)
             async def handler(request: HttpRequest, *args, **kwargs):
                 if prepare is None:
-                    denied = await db.run(precheck, request, kwargs)
+                    denied = await db.read(precheck, request, kwargs)
                 else:
                     denied = await db.write(precheck_and_prepare, request, kwargs)
                 if denied is not None:

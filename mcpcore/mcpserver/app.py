@@ -46,6 +46,8 @@ def view_of(path: str) -> str | None:
 
 
 def _admit(header: str | None, view: str | None):
+    """The request's token, and whether its path names an endpoint. Run through `db.read`:
+    for `/mcp` with a cached token it reads one row on the loop's own connection."""
     token = authenticate(header)
     if token is None:
         return None, False
@@ -115,7 +117,7 @@ class McpEndpoint:
 
     async def __call__(self, scope, receive, send) -> None:
         view = view_of(scope["path"])
-        token, known = await db.run(_admit, Headers(scope=scope).get("authorization"), view)
+        token, known = await db.read(_admit, Headers(scope=scope).get("authorization"), view)
         if token is None:
             await JSONResponse(
                 {"error": "authentication required"}, 401, headers={"WWW-Authenticate": "Bearer"}
