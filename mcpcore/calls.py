@@ -30,7 +30,16 @@ from django.db.models import F
 from django.utils import timezone
 
 from . import allowlist, cache, control, db, files, gate, rules, store
-from .models import AllowEntry, ApiToken, PermissionGrant, Server, SessionAllowance, ToolCall, Worker
+from .models import (
+    AllowEntry,
+    ApiToken,
+    PermissionGrant,
+    Server,
+    SessionAllowance,
+    ToolCall,
+    Worker,
+    time_ordered_uuid,
+)
 
 log = logging.getLogger("mcpcore.calls")
 
@@ -168,7 +177,7 @@ def create(
         raise CallError(f"server {server.name} is not connected: {server.last_error or server.state}", 503)
     if norm == "auto" and token is not None and not token.may_auto:
         raise CallError("this token may not use auto mode", 403)
-    session_id = session_id.strip() if isinstance(session_id, str) else uuid.uuid4().hex
+    session_id = session_id.strip() if isinstance(session_id, str) else time_ordered_uuid().hex
 
     @functools.cache
     def changed() -> bool:

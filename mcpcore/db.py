@@ -157,7 +157,7 @@ class _LoopSQLite:
     the turn's writes there, rolled back. The connection leaves checkpoints to the database
     thread, so a checkpoint's fsync never stalls the loop."""
 
-    CHECKPOINT_EVERY = 500  # commits
+    CHECKPOINT_EVERY = 200  # commits
 
     def __init__(self, path: str, lane: _Lane) -> None:
         self._path = path
@@ -265,8 +265,11 @@ def _ignore(done: asyncio.Future) -> None:
 
 
 def _checkpoint() -> None:
+    # RESTART: a passive checkpoint never catches up with a writer that keeps committing, and
+    # the log would grow without end. This one holds new writers off while it runs (the
+    # loop's go to this thread meanwhile) and makes the next one start the log from its start.
     with connection.cursor() as cursor:
-        cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        cursor.execute("PRAGMA wal_checkpoint(RESTART)")
 
 
 def _settle(settled: list) -> None:

@@ -5,6 +5,7 @@ truth for configuration and trust, and these tables mirror them."""
 import datetime
 import hashlib
 import secrets
+import time
 import uuid
 
 from django.db import models
@@ -250,6 +251,18 @@ class ApiToken(models.Model):
         return self.revoked_at is None
 
 
+def time_ordered_uuid() -> uuid.UUID:
+    """A version 7 UUID (RFC 9562): milliseconds since the epoch, then 74 random bits. Call
+    rows keyed by it are appended at the end of their indexes instead of anywhere in them, so
+    a call dirties a few pages that the next ones share rather than pages of their own."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(secrets.token_bytes(10))
+    value = (
+        (ms & (2**48 - 1)) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64 | 0b10 << 62 | rand & (2**62 - 1)
+    )
+    return uuid.UUID(int=value)
+
+
 class ToolCall(models.Model):
     """One tool call by an agent, from request through the gate to its result. A call waiting
     for a person (status `pending`) is the pending confirmation: `confirm_id` names it."""
@@ -260,7 +273,7 @@ class ToolCall(models.Model):
     TOOL_CONFIRM, PERMISSION_PROMPT = "tool_confirm", "permission_prompt"
     KINDS = [(TOOL_CONFIRM, TOOL_CONFIRM), (PERMISSION_PROMPT, PERMISSION_PROMPT)]
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=time_ordered_uuid, editable=False)
     kind = models.CharField(max_length=20, choices=KINDS, default=TOOL_CONFIRM)
     # Unique among confirmations (see Meta); calls that run at once have none.
     confirm_id = models.UUIDField(null=True, blank=True)

@@ -104,3 +104,15 @@ def test_it_keeps_confirmations_unique_while_calls_without_one_skip_the_index():
         store.insert(store.new(**_fields(None), confirm_id=shared))
     assert ToolCall.objects.filter(confirm_id=shared).count() == 1
     assert ToolCall.objects.filter(confirm_id__isnull=True).count() == 3
+
+
+def test_it_gives_calls_time_ordered_ids():
+    from mcpcore.models import time_ordered_uuid
+
+    ids = [time_ordered_uuid() for _ in range(200)]
+    assert all(i.version == 7 and i.variant == uuid.RFC_4122 for i in ids)
+    assert len(set(ids)) == 200
+    now_ms = timezone.now().timestamp() * 1000
+    assert abs((ids[0].int >> 80) - now_ms) < 5000  # its first 48 bits are the time in ms
+    # Made in different milliseconds, they sort in the order they were made.
+    assert all((a.int >> 80) <= (b.int >> 80) for a, b in zip(ids, ids[1:], strict=False))
