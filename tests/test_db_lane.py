@@ -5,6 +5,7 @@ turn of the event loop run on the loop's own connection, and what can't (the ORM
 writer holding the lock) runs on the database thread instead."""
 
 import asyncio
+import os
 import sqlite3
 import threading
 
@@ -206,3 +207,20 @@ async def test_it_reads_on_the_loop_and_on_the_database_thread_only_for_the_orm(
 
     assert await db.read(plain) == ("t", threading.get_ident())
     assert await db.read(with_orm) == ("t", "test-db")
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_keeps_the_log_bounded_while_the_loop_keeps_writing(monkeypatch):
+    loop_sqlite, _lane = _loop_sqlite()
+    monkeypatch.setattr(db._LoopSQLite, "CHECKPOINT_EVERY", 20)
+    wal = f"{connection.settings_dict['NAME']}-wal"
+    sizes = []
+    for round_ in range(10):
+        for i in range(30):  # one commit each: a turn of the loop apiece
+            call = _new_call(f"{round_}-{i}")
+            await loop_sqlite.submit(lambda c=call: _insert_here(c))
+        sizes.append(os.path.getsize(wal))
+    assert await ToolCall.objects.acount() == 300
+    # The log starts again after each checkpoint: it never holds more than a few rounds.
+    assert max(sizes) < 3 * sizes[0] + 256 * 1024, sizes
