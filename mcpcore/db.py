@@ -236,7 +236,8 @@ class _LoopSQLite:
         self._elsewhere(elsewhere)
         self._commits += 1
         if self._commits % self.CHECKPOINT_EVERY == 0:
-            self._lane.submit(_checkpoint, grouped=False).add_done_callback(_ignore)
+            checkpoint = functools.partial(_checkpoint, self._path)
+            self._lane.submit(checkpoint, grouped=False).add_done_callback(_ignore)
 
     def _elsewhere(self, batch: list) -> None:
         """Hand writes to the database thread; each caller gets what it gives."""
@@ -264,12 +265,15 @@ def _ignore(done: asyncio.Future) -> None:
         done.exception()
 
 
-def _checkpoint() -> None:
-    # RESTART: a passive checkpoint never catches up with a writer that keeps committing, and
-    # the log would grow without end. This one holds new writers off while it runs (the
-    # loop's go to this thread meanwhile) and makes the next one start the log from its start.
-    with connection.cursor() as cursor:
-        cursor.execute("PRAGMA wal_checkpoint(RESTART)")
+def _checkpoint(path: str) -> None:
+    """RESTART: a passive checkpoint never catches up with a writer that keeps committing, and
+    the log would grow without end. This one holds new writers off while it runs (the loop's
+    writes go to the database thread meanwhile) and makes the next writer start the log from
+    its beginning. On a connection of its own with a short busy timeout: a long read elsewhere
+    makes it give up (having copied what it could, like a passive one) instead of holding
+    every writer off until that read ends."""
+    with contextlib.closing(sqlite3.connect(path, timeout=0.05, isolation_level=None)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
 
 
 def _settle(settled: list) -> None:

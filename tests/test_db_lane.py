@@ -224,3 +224,21 @@ async def test_it_keeps_the_log_bounded_while_the_loop_keeps_writing(monkeypatch
     assert await ToolCall.objects.acount() == 300
     # The log starts again after each checkpoint: it never holds more than a few rounds.
     assert max(sizes) < 3 * sizes[0] + 256 * 1024, sizes
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_does_not_hold_writes_off_while_a_long_read_keeps_the_log_in_use(monkeypatch):
+    loop_sqlite, _lane = _loop_sqlite()
+    monkeypatch.setattr(db._LoopSQLite, "CHECKPOINT_EVERY", 5)
+    first = _new_call("first")
+    await loop_sqlite.submit(lambda: _insert_here(first))
+    with sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None) as reader:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM mcpcore_toolcall").fetchone()  # a snapshot held open
+        async with asyncio.timeout(5):  # the checkpoints give up on the reader; writes go on
+            for i in range(40):
+                call = _new_call(f"w{i}")
+                await loop_sqlite.submit(lambda c=call: _insert_here(c))
+        reader.execute("COMMIT")
+    assert await ToolCall.objects.acount() == 41
