@@ -155,7 +155,8 @@ class _LoopSQLite:
     SynchronousOnlyOperation (Django's own check) and goes to the database thread alone; one
     that raises after it wrote (jobs must raise before they write), or any SQLite error, sends
     the turn's writes there, rolled back. The connection leaves checkpoints to the database
-    thread, so a checkpoint's fsync never stalls the loop."""
+    thread, so a checkpoint's fsync never stalls the loop; while one runs, writes queue behind
+    it there."""
 
     CHECKPOINT_EVERY = 200  # commits
 
@@ -166,6 +167,7 @@ class _LoopSQLite:
         self._conn: sqlite3.Connection | None = None
         self._queued: list = []
         self._commits = 0
+        self._checkpointing = False
 
     def submit(self, fn: Callable[[], Any]) -> asyncio.Future:
         loop = asyncio.get_running_loop()
@@ -201,6 +203,9 @@ class _LoopSQLite:
 
     def _flush(self) -> None:
         batch, self._queued = self._queued, []
+        if self._checkpointing:  # queue behind the checkpoint on the database thread
+            self._elsewhere(batch)
+            return
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -236,8 +241,15 @@ class _LoopSQLite:
         self._elsewhere(elsewhere)
         self._commits += 1
         if self._commits % self.CHECKPOINT_EVERY == 0:
+            # Writes wait for it on the database thread: racing it from here, they could keep
+            # it from ever finding the log free.
+            self._checkpointing = True
             checkpoint = functools.partial(_checkpoint, self._path)
-            self._lane.submit(checkpoint, grouped=False).add_done_callback(_ignore)
+            self._lane.submit(checkpoint, grouped=False).add_done_callback(self._checkpointed)
+
+    def _checkpointed(self, done: asyncio.Future) -> None:
+        self._checkpointing = False
+        _ignore(done)
 
     def _elsewhere(self, batch: list) -> None:
         """Hand writes to the database thread; each caller gets what it gives."""
