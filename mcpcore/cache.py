@@ -12,8 +12,10 @@ after the commit, so another process could still answer from the old entry; and 
 queryset updates. Token `last_used_at` is not watched (it changes once a minute while a token
 is used), nor are the servers' lease and bookkeeping columns.
 
-Sync: call these in a database job (`mcpcore.db`; the generation read goes through `db.sql`). Only the servers use the cache (`enable()`, called
-with `db.use_dedicated_threads`); elsewhere, in tests that roll back, every lookup queries.
+Sync: call these in a database job (`mcpcore.db`); the generation read goes through `db.sql`,
+so on a hit no ORM is involved and the job can run on the event loop's own connection. Only the
+servers use the cache (`enable()`, called with `db.use_dedicated_threads`); elsewhere, in tests
+that roll back, every lookup queries.
 """
 
 import time

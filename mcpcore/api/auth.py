@@ -40,8 +40,8 @@ def authenticate(authorization_header_value: str) -> ApiToken | None:
     """The live (not revoked) token named by an `Authorization: Bearer <token>` value, or None.
 
     Sync (it reads the database): call it from async code through `mcpcore.db` (`read`, or
-    within a `write` job). Shared by
-    `/v1` and the console's MCP endpoints, so both accept exactly the same tokens."""
+    within a `write` job). Shared by `/v1` and the console's MCP endpoints, so both accept
+    exactly the same tokens."""
     scheme, _, value = (authorization_header_value or "").partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         return None
