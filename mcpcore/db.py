@@ -170,9 +170,7 @@ class _LoopSQLite:
         self._checkpointing = False
 
     def submit(self, fn: Callable[[], Any]) -> asyncio.Future:
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
-            self._open(loop)
+        loop = self._bound()
         future = loop.create_future()
         self._queued.append((fn, future))
         if len(self._queued) == 1:
@@ -181,9 +179,7 @@ class _LoopSQLite:
 
     def read(self, fn: Callable[[], Any]) -> tuple[bool, Any]:
         """(True, what `fn` returned), or (False, None) when it needs the ORM."""
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
-            self._open(loop)
+        self._bound()
         mark = _here.set(self._conn)
         try:
             return True, fn()
@@ -191,6 +187,13 @@ class _LoopSQLite:
             return False, None
         finally:
             _here.reset(mark)
+
+    def _bound(self) -> asyncio.AbstractEventLoop:
+        """The running loop, with a connection of its own (a new loop, in tests, gets a new one)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._open(loop)
+        return loop
 
     def _open(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._conn is not None:
