@@ -25,7 +25,7 @@ from typing import Protocol
 import anyio
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -236,10 +236,13 @@ def _still_live(token: ApiToken) -> bool:
 def _wait_for_a_person(call: ToolCall, token: ApiToken | None, now: datetime.datetime) -> None:
     """Make `call` a pending confirmation (SPEC 5): its id and expiry. At most
     AGENVOY_MAX_PENDING of them per token (SPEC 12.2)."""
-    if token is not None and (
-        ToolCall.objects.filter(token=token, status="pending").count() >= settings.AGENVOY_MAX_PENDING
-    ):
-        raise CallError("too many pending confirmations for this token", 429)
+    if token is not None:
+        if connection.features.has_select_for_update:
+            # Held until the insert commits: two processes taking the same token's calls count
+            # one after the other. (SQLite has a single writer: its counts never overlap.)
+            list(ApiToken.objects.select_for_update().filter(pk=token.pk).values_list("pk"))
+        if ToolCall.objects.filter(token=token, status="pending").count() >= settings.AGENVOY_MAX_PENDING:
+            raise CallError("too many pending confirmations for this token", 429)
     call.status = "pending"
     call.confirm_id = uuid.uuid4()
     call.expires_at = now + datetime.timedelta(seconds=settings.AGENVOY_CONFIRM_TIMEOUT)

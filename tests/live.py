@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -244,3 +245,19 @@ def descendants(pid: int) -> list[int]:
         return [p.pid for p in psutil.Process(pid).children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
+
+
+def at_once(clients: list, body: dict) -> list:
+    """POST /v1/mcp/call through every client (httpx2) at the same moment; the answers in order."""
+    start, answers = threading.Barrier(len(clients)), [None] * len(clients)
+
+    def send(i: int) -> None:
+        start.wait(10)
+        answers[i] = clients[i].post("/v1/mcp/call", json=body)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return answers

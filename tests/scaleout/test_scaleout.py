@@ -52,18 +52,25 @@ class Cluster:
     def manage(self, *args: str) -> str:
         return manage(self.env, *args)
 
-    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, cmd: list[str], **env: str) -> subprocess.Popen:
         log = open(self.base / f"{name}.log", "ab")
         proc = subprocess.Popen(
-            cmd, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            env={**self.env, **env},
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.procs[name] = proc
         return proc
 
-    def start_web(self, name: str) -> str:
+    def start_web(self, name: str, **env: str) -> str:
         port = free_port()
         daphne = str(Path(PYTHON).parent / "daphne")
-        self._spawn(name, [daphne, "-b", "127.0.0.1", "-p", str(port), "agenvoy_site.asgi:application"])
+        self._spawn(
+            name, [daphne, "-b", "127.0.0.1", "-p", str(port), "agenvoy_site.asgi:application"], **env
+        )
         url = f"http://127.0.0.1:{port}"
 
         def up():
