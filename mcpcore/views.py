@@ -223,8 +223,8 @@ def _trust_context(server: Server) -> dict:
 
 
 def _linebreaks(text: str) -> SafeString:
-    """The `linebreaksbr` filter for a plain string, without the filter's wrappers (a sixth of
-    the time the server page with a thousand tools spent on each tool)."""
+    """The `linebreaksbr` filter for a plain string, without the filter's lazy-string wrappers
+    (they took about 17 µs a tool here, more than the rest of a card's strings)."""
     return mark_safe(html.escape(text.replace("\r\n", "\n").replace("\r", "\n")).replace("\n", "<br>"))
 
 
