@@ -521,11 +521,13 @@ def sync_pins(entries: list[str], *, prefix: str = "", only: str | None = None, 
         ToolPin.objects.bulk_create(fresh, ignore_conflicts=True)
 
 
-def trust_states(tools: list) -> dict[str, str]:
-    """`trusted`, `changed` or `untrusted` per registered name (SPEC 14.1)."""
+def trust_states(tools: list, match: "allowlist.Matcher | None" = None) -> dict[str, str]:
+    """`trusted`, `changed` or `untrusted` per registered name (SPEC 14.1). `match`: the
+    allow-list's Matcher, when the caller has built one already."""
     from .models import ToolPin
 
-    match = allowlist.Matcher(current_allow())
+    if match is None:
+        match = allowlist.Matcher(current_allow())
     pins = dict(ToolPin.objects.values_list("registered_name", "digest"))
     out = {}
     for tool in tools:

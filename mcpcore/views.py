@@ -201,7 +201,7 @@ def _trust_context(server: Server) -> dict:
     own = allowlist.entries_for(entries, server.prefix)
     tools = list(server.tools.order_by("position", "tool_name").values_list(*_TOOL_SHOWN, named=True))
     names = {t.registered_name for t in tools}
-    trust = files.trust_states(tools)
+    trust = files.trust_states(tools, match)
     rows = [
         {
             "tool": t,
