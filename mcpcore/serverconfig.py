@@ -1,10 +1,14 @@
 """Adding, changing and removing servers in `mcp.json`: one set of rules for `/v1`, the pages
 and imports. Writes go through the locked writer; the supervisors are told afterwards."""
 
+import sys
+from pathlib import Path
+
 from . import control, files
 from .models import SecretsMustBeReentered, unmask_config
 
 KNOWN_KEYS = {"command", "args", "env", "url", "headers", "type", "disabled", "timeout"}
+EXAMPLE_NAME = "time"  # the example server of an empty Servers page (PyPI mcp-server-time)
 
 
 class ServerConfigError(ValueError):
@@ -64,6 +68,22 @@ def save(name: str, config: dict, creating: bool | None = None) -> None:
 
     files.update_servers(mutate)
     control.config_changed()
+
+
+def example_command() -> Path:
+    """Where the console's own environment has `mcp-server-time` (requirements.txt pins it):
+    beside this interpreter, whatever the folder the console runs from."""
+    return Path(sys.executable).with_name("mcp-server-time")
+
+
+def example_installed() -> bool:
+    return example_command().is_file()
+
+
+def add_example() -> None:
+    """Add the example server as `time`, enabled, so the supervisors connect it at once.
+    ConfigFileError when a server of that name exists or mcp.json can't be written."""
+    save(EXAMPLE_NAME, {"command": str(example_command()), "args": []}, creating=True)
 
 
 def remove(name: str) -> bool:

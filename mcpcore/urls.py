@@ -8,6 +8,7 @@ from . import views
 urlpatterns = [
     path("", views.servers, name="servers"),
     path("add-server/", views.server_add, name="server-add"),
+    path("add-example-server/", views.server_example, name="server-example"),
     path("import-servers/", views.server_import, name="server-import"),
     path("reconnect-all/", views.server_reconnect, name="server-reconnect-all"),
     path("servers/<str:name>/", views.server_detail, name="server-detail"),

@@ -183,8 +183,23 @@ def servers(request: HttpRequest) -> HttpResponse:
     context = {"servers": live.server_rows()}
     if request.htmx:
         return render(request, "mcpcore/server_list.html#server-rows", context)
-    context.update(problems=_file_problems(), live_page="servers")
+    context.update(
+        problems=_file_problems(),
+        live_page="servers",
+        example_installed=serverconfig.example_installed(),
+        example_name=serverconfig.EXAMPLE_NAME,
+        example_only=_example_only(context["servers"]),
+        no_token=not ApiToken.objects.filter(revoked_at__isnull=True).exists(),
+        connect_form=TokenForm(initial={"name": "my-agent"}),
+    )
     return render(request, "mcpcore/server_list.html", context)
+
+
+def _example_only(rows: list) -> bool:
+    """The example server is the only server: the page says what to try with it."""
+    if len(rows) != 1 or rows[0].name != serverconfig.EXAMPLE_NAME:
+        return False
+    return rows[0].config.get("command") == str(serverconfig.example_command())
 
 
 # What the server page shows of a tool. Rows rather than model objects: building a thousand Tool
@@ -336,6 +351,26 @@ def server_add(request: HttpRequest) -> HttpResponse:
         {"form": form, "creating": True},
         status=400 if form.errors else 200,
     )
+
+
+@login_required
+@require_POST
+def server_example(request: HttpRequest) -> HttpResponse:
+    """One click on an empty Servers page: the example server, installed with the console."""
+    if not serverconfig.example_installed():
+        messages.error(
+            request,
+            f"The example server is not installed ({serverconfig.example_command()} is missing): "
+            "run make setup, which installs requirements.txt.",
+        )
+        return redirect("servers")
+    try:
+        serverconfig.add_example()
+    except files.ConfigFileError as exc:
+        messages.error(request, f"{exc}.")
+    else:
+        messages.success(request, f"Added the example server {serverconfig.EXAMPLE_NAME}; it is connecting.")
+    return redirect("servers")
 
 
 @login_required

@@ -8,7 +8,9 @@ import datetime
 import hashlib
 import json
 import re
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -18,7 +20,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from mcpcore import calls, files, live
+from mcpcore import calls, files, live, serverconfig
 from mcpcore.models import ApiToken, Server, SessionAllowance, Tool, ToolCall
 
 pytestmark = pytest.mark.django_db
@@ -197,6 +199,7 @@ def test_it_keeps_the_sign_in_button_and_form(client, db):
 ACTIONS = [
     "/reconnect-all/",
     "/servers/every/reconnect/",
+    "/add-example-server/",
     "/servers/every/enable/",
     "/servers/every/disable/",
     "/servers/every/remove/",
@@ -265,6 +268,82 @@ def test_it_shows_a_shared_file_problem_as_a_banner(signed_in, every, agenvoy_ho
     html = signed_in.get("/").content.decode()
     assert "banner warn" in html and "mcp.json is not valid JSON" in html
     assert 'id="server-every"' in html  # the last good list stays
+
+
+# --- the first five minutes (issue 24) ----------------------------------------------------------
+
+
+def test_it_offers_the_example_server_on_an_empty_servers_page_only(signed_in, every, agenvoy_home):
+    assert serverconfig.example_installed(), "requirements.txt installs mcp-server-time beside python"
+    assert "Add an example server" not in signed_in.get("/").content.decode()
+    write_servers(agenvoy_home, {})
+    html = signed_in.get("/").content.decode()
+    assert 'action="/add-example-server/"' in html and ">Add an example server</button>" in html
+
+
+def test_it_adds_the_example_server_with_one_post_and_says_what_to_try(signed_in, agenvoy_home):
+    r = signed_in.post("/add-example-server/")
+    assert r.status_code == 302 and r["Location"] == "/"
+    config = json.loads((agenvoy_home / "mcp.json").read_text())["servers"]["time"]
+    command = Path(sys.executable).with_name("mcp-server-time")
+    assert config == {"command": str(command), "args": []} and command.is_file()
+    assert Server.objects.filter(name="time", enabled=True, transport="stdio").exists()
+    html = signed_in.get("/").content.decode()
+    assert "Added the example server time; it is connecting." in html
+    guide = re.search(r'<section class="card first-run".*?</section>', html, re.S).group(0)
+    assert "Try the example" in guide and 'href="/servers/time/"' in guide
+    assert "Trust a tool, or don't" in guide and "Try it" in guide and 'href="/pending/"' in guide
+    assert "Add an example server" not in html
+
+
+def test_it_says_so_when_the_example_server_exists_already(signed_in, agenvoy_home):
+    write_servers(agenvoy_home, {"time": {"command": "uvx", "args": ["mcp-server-time"]}})
+    signed_in.post("/add-example-server/")
+    config = json.loads((agenvoy_home / "mcp.json").read_text())["servers"]["time"]
+    assert config == {"command": "uvx", "args": ["mcp-server-time"]}
+    html = signed_in.get("/").content.decode()
+    assert "a server named time already exists." in html and "Try the example" not in html
+
+
+def test_it_says_how_to_install_the_example_server_when_it_is_missing(signed_in, agenvoy_home, monkeypatch):
+    monkeypatch.setattr(serverconfig, "example_command", lambda: agenvoy_home / "no-such-program")
+    assert "Add an example server" not in signed_in.get("/").content.decode()
+    signed_in.post("/add-example-server/")
+    assert not (agenvoy_home / "mcp.json").exists()
+    assert "The example server is not installed" in signed_in.get("/").content.decode()
+
+
+def test_it_shows_connect_an_agent_on_the_servers_page_while_no_token_exists(signed_in, agenvoy_home):
+    html = signed_in.get("/").content.decode()
+    panel = re.search(r'<section class="card connect-agent".*?</section>', html, re.S).group(0)
+    steps = re.findall(r"<li>", panel)
+    assert "Connect an agent" in panel and len(steps) == 3
+    assert 'action="/tokens/create/"' in panel and 'name="role" value="agent"' in panel
+    r = signed_in.post("/tokens/create/", {"name": "my-agent", "role": "agent"})
+    made = r.content.decode()
+    assert 'id="config-claude"' in made and "claude mcp add --transport http" in made
+    assert 'href="#client-config"' in made  # the panel points at the snippets made with it
+    assert ApiToken.objects.get(name="my-agent").role == ApiToken.AGENT
+    assert "Connect an agent" not in signed_in.get("/").content.decode()
+    ApiToken.objects.update(revoked_at=timezone.now())
+    assert "Connect an agent" in signed_in.get("/").content.decode()
+
+
+def test_it_shows_connect_an_agent_on_the_tokens_page(signed_in, db):
+    ApiToken.issue("t")
+    html = signed_in.get("/tokens/").content.decode()
+    panel = re.search(r'<section class="card connect-agent".*?</section>', html, re.S).group(0)
+    assert len(re.findall(r"<li>", panel)) == 3 and 'href="#new-token-form"' in panel
+    assert 'id="new-token-form"' in html
+
+
+def test_it_names_the_pending_link_by_its_text_and_count_alone(signed_in, every):
+    html = signed_in.get("/history/").content.decode()
+    link = re.search(r'<a href="/pending/"[^>]*>(.*?)</a>', html, re.S).group(1)
+    assert "title=" not in link and re.sub(r"<[^>]+>", "", link).strip() == "Pending"
+    make_call()
+    link = re.search(r'<a href="/pending/"[^>]*>(.*?)</a>', signed_in.get("/history/").content.decode(), re.S)
+    assert re.sub(r"<[^>]+>", "", link.group(1)).split() == ["Pending", "1"]
 
 
 def test_it_adds_a_server_from_the_form(signed_in, agenvoy_home):
