@@ -1,0 +1,386 @@
+"""The first five minutes, in a real Chromium against a real `manage.py serve` (issue 24): a
+fresh data folder with no server and no token, sign in, add the example server (PyPI
+`mcp-server-time`, from the console's own environment) with one click, connect an agent, see its
+untrusted call wait on the Pending page, approve it, see the call end. Then the keyboard alone
+approves, and every page of mcpcore/urls.py, empty and filled, passes axe-core with no serious
+or critical violation at 1280 and 390 px, and takes the Tab key to each of its controls.
+
+Run on its own: `pytest -m e2e tests/e2e/test_first_run_browser.py`. The per-page results are
+printed at the end of the run; screenshots go to artifacts/first-run/.
+"""
+
+import re
+import sqlite3
+import threading
+
+import httpx2
+import pytest
+from playwright.sync_api import Page, expect, sync_playwright
+
+import mcpcore.urls
+from tests.e2e import a11y
+from tests.e2e.browser import DESKTOP, TIMEOUT, console_with_user, launch, shoot_into, sign_in
+from tests.live import ROOT
+
+pytestmark = pytest.mark.e2e
+
+SHOTS = ROOT / "artifacts" / "first-run"
+USER, PASSWORD = "operator", "e2e-password-1"
+NOW = "mcp__time__get_current_time"
+CONVERT = "mcp__time__convert_time"
+
+# What each URL name of mcpcore/urls.py was checked as: the pages by the state they were seen
+# in (PAGES_SEEN, filled in as the tests go), the actions by the page their answer lands on.
+ACTIONS = {
+    "server-example": "servers (redirect)",
+    "server-reconnect-all": "servers (redirect)",
+    "server-reconnect": "server-detail (redirect)",
+    "server-enable": "server-detail (redirect)",
+    "server-disable": "server-detail (redirect)",
+    "server-remove": "servers (redirect)",
+    "server-trust": "server-detail (htmx fragment inside it)",
+    "tool-try": "call-result fragment inside server-detail",
+    "pending-reply": "pending (htmx fragment inside it)",
+    "allowance-revoke": "pending (htmx fragment inside it)",
+    "token-revoke": "tokens (htmx fragment inside it)",
+    "grant-revoke": "tokens (htmx fragment inside it)",
+    "notification-test": "notifications (redirect)",
+    "notification-remove": "notifications (redirect)",
+    "pending-feed": "JSON for the page's script, not a page",
+}
+PAGES_SEEN: dict[str, list[str]] = {}
+PROBLEMS: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory):
+    c = console_with_user(tmp_path_factory.mktemp("e2e-first-run"), None, USER, PASSWORD)
+    # As after `make run`: nobody has made a token yet (tests/live.py makes two for its helpers).
+    db = sqlite3.connect(c.data / "db.sqlite3")
+    with db:
+        db.execute("delete from mcpcore_apitoken")
+    db.close()
+    c.start()
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def page(console):
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        context = browser.new_context(viewport=DESKTOP, base_url=console.url)
+        context.set_default_timeout(TIMEOUT)
+        p = context.new_page()
+        yield p
+        context.close()
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def agent(console):
+    """The agent's token, made in the browser on the way (test 1), as a box."""
+    return {}
+
+
+def seen(page: Page, name: str, state: str, keyboard: bool = True) -> None:
+    """Check the page as it is (axe-core at both widths, the Tab walk) under its URL name."""
+    here = page.evaluate("location.pathname")
+    PAGES_SEEN.setdefault(name, []).append(state)
+    PROBLEMS.extend(a11y.check(page, f"{name} ({state}) {here}", keyboard=keyboard))
+
+
+def shoot(page: Page, name: str) -> None:
+    shoot_into(page, SHOTS, name)
+
+
+def nav(page: Page, name: str):
+    return page.get_by_role("navigation", name="Main").get_by_role("link", name=name)
+
+
+def pending_link(page: Page):
+    return page.get_by_role("navigation", name="Main").locator('a[href="/pending/"]')
+
+
+def call_in_background(console, token: str, name: str, arguments: dict, session: str = "first-run") -> dict:
+    """A confirm-mode call of an agent through /v1, in a thread; the dict gets its answer."""
+    box: dict = {}
+
+    def run():
+        with httpx2.Client(
+            base_url=console.url, timeout=90, headers={"Authorization": f"Bearer {token}"}
+        ) as h:
+            r = h.post(
+                "/v1/mcp/call",
+                json={
+                    "name": name,
+                    "arguments": arguments,
+                    "mode": "confirm",
+                    "wait": 60,
+                    "session_id": session,
+                },
+            )
+            box["status"], box["body"] = r.status_code, r.json()
+
+    box["thread"] = threading.Thread(target=run, daemon=True)
+    box["thread"].start()
+    return box
+
+
+def answer(box: dict, timeout: float = 60) -> dict:
+    box["thread"].join(timeout)
+    assert not box["thread"].is_alive(), "the API call did not return"
+    return box
+
+
+# --- the scenarios, in order --------------------------------------------------------------------
+
+
+def test_it_walks_the_first_run_path_from_a_fresh_data_folder(page, console, agent):
+    page.goto("/")
+    expect(page).to_have_url(f"{console.url}/login/?next=/")
+    seen(page, "login", "signed out")
+    shoot(page, "1-sign-in")
+    sign_in(page, USER, PASSWORD)
+
+    # The Pending link is named by its text: nothing waits, so no count.
+    expect(pending_link(page)).to_have_accessible_name("Pending")
+    first = page.locator("#first-run")
+    expect(first.get_by_role("heading", name="Start with an example")).to_be_visible()
+    expect(page.locator("#connect-agent").get_by_role("listitem")).to_have_count(3)
+    seen(page, "servers", "empty")
+    shoot(page, "2-servers-empty")
+    page.goto("/pending/")
+    expect(page.get_by_text("Nothing is waiting for you.")).to_be_visible()
+    seen(page, "pending", "empty")
+    page.goto("/history/")
+    seen(page, "history", "empty")
+    page.goto("/")
+
+    first.get_by_role("button", name="Add an example server").click()
+    expect(page.get_by_text("Added the example server time; it is connecting.")).to_be_visible()
+    row = page.locator("#server-time")
+    expect(row).to_have_attribute("data-state", "connected", timeout=60_000)
+    expect(row.locator("td.tools")).to_have_text("2")
+    guide = page.locator("#first-run")
+    expect(guide.get_by_role("heading", name="Try the example")).to_be_visible()
+    expect(guide.get_by_role("listitem")).to_have_count(4)
+    expect(page.get_by_role("button", name="Add an example server")).to_have_count(0)
+    seen(page, "servers", "the example server")
+    shoot(page, "3-servers-example")
+
+    # Connect an agent: step 1 makes the token, step 2's snippets come with it.
+    panel = page.locator("#connect-agent")
+    panel.get_by_label("Token name").fill("my-agent")
+    panel.get_by_role("button", name="Create token").click()
+    expect(page.get_by_role("heading", name="Token “my-agent” created")).to_be_visible()
+    token = page.locator("#new-token").inner_text().strip()
+    assert token.startswith("agv_")
+    expect(page.locator("#config-claude")).to_contain_text("claude mcp add --transport http agenvoy")
+    expect(page.locator("#config-mcp-servers")).to_contain_text(f"Bearer {token}")
+    agent["token"] = token
+    seen(page, "token-create", "a new token and its snippets")
+    shoot(page, "4-token-made")
+
+    # The server page: nothing trusted, so the agent's call waits for a person.
+    page.goto("/")
+    expect(page.locator("#connect-agent")).to_have_count(0)  # a token exists now
+    page.locator("#first-run").get_by_role("link", name="time", exact=True).click()
+    expect(page.get_by_role("heading", name="time", exact=True)).to_be_visible()
+    expect(page.locator("article.tool h3")).to_have_text(["get_current_time", "convert_time"])
+    seen(page, "server-detail", "the example, nothing trusted")
+    shoot(page, "5-server-time")
+
+    box = call_in_background(console, token, NOW, {"timezone": "UTC"})
+    nav(page, "Pending").click()
+    item = page.locator("article.pending", has=page.get_by_text(NOW))
+    expect(item).to_be_visible()
+    expect(pending_link(page)).to_have_accessible_name("Pending 1")
+    seen(page, "pending", "one call waiting")
+    shoot(page, "6-pending")
+    item.get_by_role("button", name="Approve", exact=True).click()
+    expect(page.get_by_text(f"Approved: {NOW}.")).to_be_visible()
+    done = answer(box)
+    assert done["status"] == 200 and done["body"]["status"] == "done", done
+    assert '"timezone": "UTC"' in done["body"]["result"] or "UTC" in done["body"]["result"], done
+    expect(item).to_have_count(0)
+    expect(pending_link(page)).to_have_accessible_name("Pending")
+
+    nav(page, "History").click()
+    call_row = page.locator("table.calls tbody tr").first
+    expect(call_row).to_contain_text("get_current_time")
+    expect(call_row).to_contain_text("done")
+    seen(page, "history", "one call")
+    shoot(page, "7-history")
+    call_row.get_by_role("link", name="get_current_time").click()
+    expect(page.locator(".call-result")).to_contain_text("UTC")
+    seen(page, "call-detail", "a call that ended")
+    shoot(page, "8-call")
+
+
+def test_it_approves_from_the_pending_page_with_the_keyboard_alone(page, console, agent):
+    box = call_in_background(console, agent["token"], CONVERT, convert_args(), session="kb-1")
+    page.goto("/pending/")
+    item = page.locator("article.pending", has=page.get_by_text(CONVERT))
+    expect(item).to_be_visible()
+    approve = item.get_by_role("button", name="Approve", exact=True)
+    tab_to(page, approve)
+    assert outline_of(page) != "none", "the focused Approve button shows no focus ring"
+    page.keyboard.press("Enter")
+    expect(page.get_by_text(f"Approved: {CONVERT}.")).to_be_visible()
+    done = answer(box)
+    assert done["body"]["status"] == "done", done
+
+    # Space on "Approve for session" (and the session allowance it makes is shown).
+    box = call_in_background(console, agent["token"], CONVERT, convert_args(), session="kb-2")
+    page.goto("/pending/")
+    item = page.locator("article.pending", has=page.get_by_text(CONVERT))
+    expect(item).to_be_visible()
+    tab_to(page, item.get_by_role("button", name="Approve for session"))
+    page.keyboard.press("Space")
+    expect(page.get_by_text("Approved for session kb-2")).to_be_visible()
+    assert answer(box)["body"]["status"] == "done"
+    expect(page.locator("table.allowances")).to_contain_text("kb-2")
+
+    # A denial with a reason typed in, then Enter from the Reason field.
+    box = call_in_background(console, agent["token"], CONVERT, convert_args(), session="kb-3")
+    page.goto("/pending/")
+    item = page.locator("article.pending", has=page.get_by_text(CONVERT))
+    expect(item).to_be_visible()
+    tab_to(page, item.get_by_label("Reason"))
+    page.keyboard.type("not now")
+    page.keyboard.press("Enter")
+    done = answer(box)
+    assert done["body"]["status"] == "skipped" and "not now" in done["body"]["result"], done
+
+
+def convert_args() -> dict:
+    return {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"}
+
+
+def tab_to(page: Page, target, limit: int = 80) -> None:
+    """Press Tab until `target` has the focus (no clicks), from the top of the page."""
+    handle = target.element_handle()
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        if page.evaluate("(el) => document.activeElement === el", handle):
+            return
+    raise AssertionError(f"Tab never reached {target}")
+
+
+def outline_of(page: Page) -> str:
+    return page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+
+
+def test_it_passes_axe_and_the_tab_walk_on_every_other_page(page, console, agent):
+    # Pending, with an item (and a session allowance), and an item's own page, pending and ended.
+    box = call_in_background(console, agent["token"], NOW, {"timezone": "Asia/Tokyo"}, session="walk")
+    page.goto("/pending/")
+    item = page.locator("article.pending", has=page.get_by_text(NOW))
+    expect(item).to_be_visible()
+    seen(page, "pending", "a call waiting and a session allowance")
+    item.get_by_role("link", name="get_current_time").click()
+    expect(page.get_by_role("button", name="Approve", exact=True)).to_be_visible()
+    seen(page, "pending-detail", "waiting")
+    shoot(page, "9-pending-detail")
+    page.get_by_role("button", name="Approve", exact=True).click()
+    expect(page.locator("p.ending")).to_contain_text("Approved by operator")
+    assert answer(box)["body"]["status"] == "done"
+    seen(page, "pending-detail", "ended")
+
+    # The server page with a tool trusted and a try-it form open; the forms.
+    page.goto("/servers/time/")
+    trust = page.locator("#trust-editor")
+    trust.get_by_label("get_current_time").check()
+    trust.get_by_role("button", name="Save").click()
+    expect(trust.get_by_role("status")).to_contain_text("Saved")
+    seen(page, "server-detail", "a tool trusted")
+    page.goto("/servers/time/try-form/?tool=convert_time")
+    expect(page.locator("details.try[open]")).to_have_count(1)
+    seen(page, "tool-try-form", "the try-it form open (without JavaScript's fetch)")
+    page.goto("/servers/time/edit/")
+    seen(page, "server-edit", "the example")
+    page.goto("/add-server/")
+    seen(page, "server-add", "blank")
+    page.get_by_label("Name").fill("two__parts")
+    page.get_by_label("Command").fill("npx")
+    page.get_by_role("button", name=re.compile("^(Add|Save)")).first.click()
+    expect(page.locator(".error").first).to_be_visible()
+    seen(page, "server-add", "refused: errors shown")
+    page.goto("/import-servers/")
+    seen(page, "server-import", "blank")
+    broken = '{"mcpServers": {"broken": {"command": "/nonexistent/agenvoy-no-such-server"}}}'
+    page.locator("textarea").first.fill(broken)
+    page.get_by_role("button", name="Preview").click()
+    expect(page.locator("table.import-preview")).to_contain_text("broken")
+    seen(page, "server-import", "a preview")
+    page.get_by_role("button", name="Import 1 server").click()
+    expect(page.get_by_text("Imported 1 server.")).to_be_visible()
+
+    # Tokens, rules, notifications: empty and filled.
+    page.goto("/tokens/")
+    seen(page, "tokens", "one token")
+    page.goto("/rules/")
+    seen(page, "rules", "none")
+    page.get_by_label("Rules").fill("deny mcp__time__convert_time(target_timezone:Mars/*)\nnot a rule")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#rules-error")).to_be_visible()
+    seen(page, "rules", "refused: a bad line")
+    page.get_by_label("Rules").fill("deny mcp__time__convert_time(target_timezone:Mars/*)")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#rules-table")).to_be_visible()
+    seen(page, "rules", "one rule")
+    page.goto("/notifications/")
+    seen(page, "notifications", "none")
+    page.get_by_label("URL").fill("https://ntfy.invalid/agenvoy-first-run")
+    page.get_by_label("Kind").select_option("ntfy")
+    page.get_by_role("button", name="Add target").click()
+    expect(page.get_by_role("heading", name="Added ntfy target")).to_be_visible()
+    seen(page, "notifications", "a target just added")
+
+    # History filtered, and a call's page once more (a call that waited, then ran).
+    page.goto("/history/?server=time")
+    seen(page, "history", "filtered")
+
+    # The Servers page at the end: the example and a server that can't start.
+    page.goto("/")
+    expect(page.locator("#server-broken")).to_have_attribute("data-state", "error")
+    seen(page, "servers", "two servers, one in error")
+    shoot(page, "10-servers-more")
+
+    names = {p.name for p in mcpcore.urls.urlpatterns}
+    missing = names - set(PAGES_SEEN) - set(ACTIONS)
+    assert not missing, f"pages of mcpcore/urls.py nobody checked: {sorted(missing)}"
+    assert not set(ACTIONS) - names, "ACTIONS names a page that no longer exists"
+    assert not PROBLEMS, "\n".join(PROBLEMS)
+
+
+def test_it_found_no_serious_problem_on_the_first_run_pages():
+    """The first two tests' pages are checked here too, so a problem there fails the suite even
+    when the walk above stopped early."""
+    assert PAGES_SEEN, "no page was checked"
+    assert not PROBLEMS, "\n".join(PROBLEMS)
+
+
+BROKEN = """<!doctype html><html lang="en"><head><title>broken on purpose</title>
+<style>:focus { outline: none; }</style></head><body><main><h1>Broken on purpose</h1>
+<img src="data:,"><button></button><a href="#top">a link</a><button tabindex="-1">skipped</button>
+<div style="width: 900px">too wide for a phone</div></main></body></html>"""
+
+
+def test_it_fails_a_page_that_breaks_the_checks(page):
+    """The checks above can fail: a page with an image without text, a button without a name,
+    a control Tab skips, no focus ring and a phone-wide overflow is caught on each count."""
+    page.set_content(BROKEN)
+    found = a11y.axe(page, "self-check (a page broken on purpose)")
+    assert any("critical image-alt" in p for p in found), found
+    assert any("critical button-name" in p for p in found), found
+    assert any("scrolls sideways" in p for p in found), found
+    walk = a11y.tab_walk(page, "self-check (a page broken on purpose)")
+    assert any("Tab never reaches 'button skipped'" in p for p in walk), walk
+    assert any("no visible focus on 'a a link'" in p for p in walk), walk
+
+
+def test_it_kept_the_console_log_free_of_tracebacks(console):
+    assert console.proc.poll() is None and "Traceback" not in console.log_text()
