@@ -369,7 +369,7 @@ def server_example(request: HttpRequest) -> HttpResponse:
     except files.ConfigFileError as exc:
         messages.error(request, f"{exc}.")
     else:
-        messages.success(request, f"Added the example server {serverconfig.EXAMPLE_NAME}; it is connecting.")
+        messages.success(request, f"Added the example server {serverconfig.EXAMPLE_NAME}.")
     return redirect("servers")
 
 

@@ -289,7 +289,7 @@ def test_it_adds_the_example_server_with_one_post_and_says_what_to_try(signed_in
     assert config == {"command": str(command), "args": []} and command.is_file()
     assert Server.objects.filter(name="time", enabled=True, transport="stdio").exists()
     html = signed_in.get("/").content.decode()
-    assert "Added the example server time; it is connecting." in html
+    assert "Added the example server time." in html
     guide = re.search(r'<section class="card first-run".*?</section>', html, re.S).group(0)
     assert "Try the example" in guide and 'href="/servers/time/"' in guide
     assert "Trust a tool, or don't" in guide and "Try it" in guide and 'href="/pending/"' in guide

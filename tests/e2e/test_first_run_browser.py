@@ -158,7 +158,7 @@ def test_it_walks_the_first_run_path_from_a_fresh_data_folder(page, console, age
     page.goto("/")
 
     first.get_by_role("button", name="Add an example server").click()
-    expect(page.get_by_text("Added the example server time; it is connecting.")).to_be_visible()
+    expect(page.get_by_text("Added the example server time.")).to_be_visible()
     row = page.locator("#server-time")
     expect(row).to_have_attribute("data-state", "connected", timeout=60_000)
     expect(row.locator("td.tools")).to_have_text("2")
