@@ -60,6 +60,8 @@ EXPECT: dict[tuple[str, str], dict] = {
     ("api-mcp-reconnect", "POST"): admin_only("reconnect servers", (404, "server not found")),
     ("api-allowlist", "POST"): admin_only("change the allow-list", (400, "skill or tool is required")),
     ("api-rules", "POST"): admin_only("change rules", None),  # admin: the rules route's own tests
+    # Any role may post a hook (a permission prompt of its own); the empty body names no event.
+    ("api-hooks-claude-code", "POST"): same((400, "unsupported hook event: ")),
     **{("api-not-found", m): same((404, "not found")) for m in ("GET", "POST", "PUT", "PATCH", "DELETE")},
     **{("api-not-found-any", m): same((404, "not found")) for m in ("GET", "POST", "PUT", "PATCH", "DELETE")},
 }
