@@ -1113,8 +1113,8 @@ def one_tap(request: HttpRequest, token: str) -> HttpResponse:
     return _plain("approved" if approve else "denied", 200)
 
 
-@require_safe
+@csrf_exempt
 def well_known_not_found(request: HttpRequest) -> JsonResponse:
     """OAuth and OpenID discovery documents: the console has none (its MCP endpoints take API
-    tokens), and clients that probe need JSON, not the sign-in page."""
+    tokens), and clients that probe (with any method) need JSON, not the sign-in page."""
     return JsonResponse({"error": "not found"}, status=404)
