@@ -6,7 +6,10 @@ The shapes are those of Claude Code's hooks reference ("PermissionRequest decisi
 terminal when nobody decided in the console in time.
 """
 
-from .models import ToolCall
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only its fields are read: this module stays below the database layer
+    from .models import ToolCall
 
 PERMISSION_REQUEST, PRE_TOOL_USE = "PermissionRequest", "PreToolUse"
 EVENTS = (PERMISSION_REQUEST, PRE_TOOL_USE)
@@ -32,7 +35,7 @@ def wait_seconds(raw: str | None) -> float:
     return value
 
 
-def answer(event: str, call: ToolCall, wait: float, timed_out: bool) -> dict:
+def answer(event: str, call: "ToolCall", wait: float, timed_out: bool) -> dict:
     """The hook's JSON answer for a prompt that ended (or that `timed_out`: nobody decided
     within `wait` seconds and the console cancelled it)."""
     if event == PERMISSION_REQUEST:
@@ -40,12 +43,12 @@ def answer(event: str, call: ToolCall, wait: float, timed_out: bool) -> dict:
     return _pre_tool_use(call, wait, timed_out)
 
 
-def _denial(call: ToolCall) -> str:
+def _denial(call: "ToolCall") -> str:
     # skipped, expired and a rule's deny carry SPEC 5's and 14.2's texts in the result.
     return call.result or f"not allowed: {call.status}"
 
 
-def _permission_request(call: ToolCall, timed_out: bool) -> dict:
+def _permission_request(call: "ToolCall", timed_out: bool) -> dict:
     if timed_out:
         return {}
     if call.status == "done":
@@ -57,7 +60,7 @@ def _permission_request(call: ToolCall, timed_out: bool) -> dict:
     return {"hookSpecificOutput": {"hookEventName": PERMISSION_REQUEST, "decision": decision}}
 
 
-def _pre_tool_use(call: ToolCall, wait: float, timed_out: bool) -> dict:
+def _pre_tool_use(call: "ToolCall", wait: float, timed_out: bool) -> dict:
     out: dict = {}
     if timed_out:
         decision, reason = "ask", timed_out_text(wait)
