@@ -287,6 +287,14 @@ def test_it_refuses_a_wait_outside_1_to_600_seconds(token, agenvoy_home, wait):
     assert not ToolCall.objects.exists()
 
 
+def test_it_refuses_a_body_over_the_upload_limit_with_413(token, agenvoy_home, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    body = {**PERMISSION_REQUEST, "tool_input": {"command": "x" * 2000}}
+    r = post(token[1], body)
+    assert (r.status_code, r.json()) == (413, {"error": "request body too large"})
+    assert not ToolCall.objects.exists()
+
+
 def test_it_needs_a_token(db):
     r = Client().post(HOOK, data=json.dumps(PERMISSION_REQUEST), content_type="application/json")
     assert (r.status_code, r.json()) == (401, {"error": "authentication required"})
@@ -337,3 +345,26 @@ def test_it_applies_argument_rules_to_approval_prompt_on_the_agents_tool_name(to
     calls.remember_permission(token[0], "WebFetch", "op")
     fetch = calls.create_permission_prompt(token[0], "WebFetch", {"url": "https://example.com"}, "mcp:s")
     assert (fetch.status, fetch.rule) == ("pending", "ask WebFetch")
+
+
+@pytest.mark.parametrize("event", ["PermissionRequest", "PreToolUse"])
+def test_it_answers_a_prompt_ended_another_way_as_a_deny_with_its_result(event):
+    from mcpcore import hooks
+
+    for status, result in (
+        ("expired", "Skipped by user. Reason: confirmation expired"),
+        ("cancelled", "token revoked"),
+    ):
+        got = hooks.answer(event, ToolCall(status=status, result=result), 55, timed_out=False)
+        check_shape(event, got)
+        specific = got["hookSpecificOutput"]
+        if event == "PermissionRequest":
+            assert specific["decision"] == {"behavior": "deny", "message": result}
+        else:
+            assert (specific["permissionDecision"], specific["permissionDecisionReason"]) == ("deny", result)
+    assert (
+        hooks.answer("PreToolUse", ToolCall(status="cancelled"), 55, timed_out=True)["hookSpecificOutput"][
+            "permissionDecisionReason"
+        ]
+        == "no decision in the console within 55 s"
+    )

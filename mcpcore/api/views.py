@@ -3,6 +3,7 @@
 import asyncio
 import json
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
@@ -289,7 +290,11 @@ def _hook_body(request: HttpRequest):
     from .schemas import ClaudeCodeHook, first_error
 
     try:
-        data = json.loads(request.body, parse_constant=_reject_constant)
+        raw = request.body
+    except RequestDataTooBig:
+        raise ApiError("request body too large", 413) from None
+    try:
+        data = json.loads(raw, parse_constant=_reject_constant)
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except (ValueError, UnicodeError, RecursionError):
         data = None
