@@ -193,6 +193,7 @@ def create(
         lambda: session_allowed(token, session_id),
         rule=lambda: rule_for(tool.registered_name, arguments),
         changed=changed,
+        granted=lambda: granted(token, ToolCall.TOOL_CONFIRM, tool.registered_name),
     )
     now = timezone.now()
     call = store.new(
@@ -463,6 +464,7 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
     reason = body.get("reason") or ""
     if not isinstance(reason, str):
         raise ReplyError("reason must be a string", 400)
+    grant_for = remember_for(body)
     now = timezone.now()
     if call.status == "pending" and call.expires_at and call.expires_at <= now:
         expire(call.id)
@@ -480,7 +482,15 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
             **decided,
         )
     else:
-        decision = "remember" if body.get("remember") else "session" if body.get("allow_turn") else "approve"
+        decision = (
+            "remember"
+            if body.get("remember")
+            else "session"
+            if body.get("allow_turn")
+            else "grant"
+            if grant_for
+            else "approve"
+        )
         prompt = call.is_permission_prompt
         with transaction.atomic():
             if prompt:  # nothing to run: the approval is the answer
@@ -493,6 +503,8 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
                 SessionAllowance.objects.create(session_id=session_id, token_id=call.token_id, granted_by=who)
             if changed and prompt and body.get("remember"):
                 remember_permission(call.token, call.tool_name, who)
+            if changed and grant_for:
+                grant(call.token, call.kind, call.tool_name, who, grant_for)
         if changed and body.get("remember") and not prompt:
             try:
                 files.add_allow_entry(call.tool_name, repin=True)
@@ -606,9 +618,15 @@ def create_permission_prompt(
     tool_input: object,
     session_id: str,
     tool_use_id: str | None = None,
+    via: str = "mcp",
+    cwd: str = "",
 ) -> ToolCall:
-    """Record a permission prompt: already allowed (status `done`, decision `remember` or
-    `session`) when a grant or a session allowance of this token covers it, else pending."""
+    """Record a permission prompt (SPEC 13.5, 17.1), from `/mcp/_permission` (`via` mcp) or a
+    Claude Code hook (`via` hook, with the agent's `cwd`). Argument rules (14.2) come first,
+    matched on the agent's own `tool_name`: a deny ends it `skipped` at once, an ask makes it
+    wait whatever else would allow it. Else it is allowed at once (status `done`) by an allow
+    rule (decision `rule`), a grant of this token (`remember`, or `grant` for a time-boxed
+    one) or a session allowance (`session`); else it is pending."""
     if not isinstance(tool_name, str) or not tool_name.strip():
         raise CallError("tool_name must be a non-empty string", 400)
     if len(tool_name) > 700:
@@ -628,7 +646,8 @@ def create_permission_prompt(
     now = timezone.now()
     call = ToolCall(
         kind=ToolCall.PERMISSION_PROMPT,
-        via="mcp",
+        via=via,
+        cwd=cwd[:1000],
         session_id=session_id,
         tool_name=tool_name,
         server_name="",
@@ -638,14 +657,21 @@ def create_permission_prompt(
         requested_by=token.name,
         created_at=now,
     )
-    if _granted(token, tool_name):
-        decision = "remember"
-    elif session_allowed(token, session_id):
-        decision = "session"
-    else:
-        decision = ""
-    if decision:
+    rule = rule_for(tool_name, tool_input)
+    decision = ""
+    if rule is not None:
+        call.rule = rule[1]
+        decision = {"allow": "rule", "deny": "deny"}.get(rule[0], "")
+    if rule is None or rule[0] == "allow":
+        decision = decision or _prompt_grant(token, tool_name)
+        if not decision and session_allowed(token, session_id):
+            decision = "session"
+    if decision == "deny":
+        call.status, call.decision, call.decided_at, call.ended_at = "skipped", "rule", now, now
+        call.decided_by, call.result = "rule", gate.denied_text(rule[1])
+    elif decision:
         call.status, call.decision, call.decided_at, call.ended_at = "done", decision, now, now
+        call.decided_by = AUTOMATIC[decision]
         call.result = json.dumps(_allow(call))
     else:
         _wait_for_a_person(call, token, now)
@@ -668,8 +694,12 @@ def remember_permission(token: ApiToken | None, tool_name: str, who: str) -> Per
     """Remember `tool_name` for the token (once: an existing grant in force is kept)."""
     if token is None:
         return None
-    grant = PermissionGrant.objects.filter(token=token, tool_name=tool_name, revoked_at__isnull=True).first()
-    return grant or PermissionGrant.objects.create(token=token, tool_name=tool_name, granted_by=who)
+    found = PermissionGrant.objects.filter(
+        token=token, kind=ToolCall.PERMISSION_PROMPT, tool_name=tool_name, revoked_at__isnull=True
+    )
+    return found.filter(expires_at__isnull=True).first() or PermissionGrant.objects.create(
+        token=token, kind=ToolCall.PERMISSION_PROMPT, tool_name=tool_name, granted_by=who
+    )
 
 
 def revoke_permission(grant_id: int) -> PermissionGrant | None:
@@ -683,8 +713,64 @@ def revoke_permission(grant_id: int) -> PermissionGrant | None:
     return grant if changed else None
 
 
-def _granted(token: ApiToken, tool_name: str) -> bool:
-    return PermissionGrant.objects.filter(token=token, tool_name=tool_name, revoked_at__isnull=True).exists()
+# Who "decided" a permission prompt that nobody was asked about (its history, a hook's reason).
+AUTOMATIC = {"rule": "rule", "remember": "remembered grant", "grant": "grant", "session": "session allowance"}
+
+
+def _prompt_grant(token: ApiToken, tool_name: str) -> str:
+    """`remember` or `grant` when a grant of this token covers a permission prompt, else ""."""
+    rows = PermissionGrant.in_force().filter(
+        token=token, kind=ToolCall.PERMISSION_PROMPT, tool_name=tool_name
+    )
+    ends = list(rows.values_list("expires_at", flat=True)[:10])
+    if not ends:
+        return ""
+    return "remember" if None in ends else "grant"
+
+
+def granted(token: ApiToken | None, kind: str, tool_name: str) -> bool:
+    """Whether a grant of `tool_name` to this token is in force for calls of `kind`."""
+    if token is None:
+        return False
+    return PermissionGrant.in_force().filter(token=token, kind=kind, tool_name=tool_name).exists()
+
+
+GRANT_MIN, GRANT_MAX = 60, 604800  # seconds a time-boxed grant may last (SPEC 17.3)
+
+
+def remember_for(body: dict) -> int:
+    """The seconds of a reply's `remember_for` (0 when absent); raises ReplyError 400."""
+    value = body.get("remember_for")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not GRANT_MIN <= value <= GRANT_MAX:
+        raise ReplyError(f"remember_for must be between {GRANT_MIN} and {GRANT_MAX} seconds", 400)
+    if body.get("approve") is not True or body.get("abort"):
+        raise ReplyError("remember_for needs approve", 400)
+    return int(value)
+
+
+def grant(
+    token: ApiToken | None, kind: str, tool_name: str, who: str, seconds: int
+) -> PermissionGrant | None:
+    """Grant `tool_name` to the token for `seconds` (SPEC 17.3): later calls of that tool by that
+    token, in any session, run at once until then. A grant of the same tool already in force
+    lasts to the later of the two ends; one without an end is left as it is."""
+    if token is None:
+        return None  # the console's own calls (try-it) have no token to grant to
+    now = timezone.now()
+    until = now + datetime.timedelta(seconds=seconds)
+    rows = PermissionGrant.in_force(now).filter(token=token, kind=kind, tool_name=tool_name)
+    current = rows.order_by(F("expires_at").desc(nulls_first=True)).first()
+    if current is not None and (current.expires_at is None or current.expires_at >= until):
+        return current
+    if current is not None:
+        PermissionGrant.objects.filter(pk=current.pk).update(expires_at=until, granted_by=who)
+        current.expires_at, current.granted_by = until, who
+        return current
+    return PermissionGrant.objects.create(
+        token=token, kind=kind, tool_name=tool_name, granted_by=who, created_at=now, expires_at=until
+    )
 
 
 def _allow(call: ToolCall) -> dict:
@@ -697,14 +783,15 @@ TOKEN_REVOKED = "token revoked"
 
 
 def revoke_token(token_id: int) -> tuple[bool, list[str]]:
-    """Revoke a token: its next request gets 401, its session allowances end, and its pending
-    confirmations end `cancelled` (result `token revoked`). Returns whether this revoked it
-    and the ids of the calls it ended (to announce)."""
+    """Revoke a token: its next request gets 401, its session allowances and grants end, and
+    its pending confirmations end `cancelled` (result `token revoked`). Returns whether this
+    revoked it and the ids of the calls it ended (to announce)."""
     now = timezone.now()
     with transaction.atomic():
         if not ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).update(revoked_at=now):
             return False, []
         SessionAllowance.objects.filter(token_id=token_id, revoked_at__isnull=True).update(revoked_at=now)
+        PermissionGrant.objects.filter(token_id=token_id, revoked_at__isnull=True).update(revoked_at=now)
     pending = ToolCall.objects.filter(token_id=token_id, status="pending").values_list("id", flat=True)
     ended = [str(cid) for cid in pending if finish(cid, "cancelled", TOKEN_REVOKED, decided_at=now)]
     return True, ended

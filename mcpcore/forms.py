@@ -197,6 +197,7 @@ REPLIES = {
     "approve": {"approve": True},
     "remember": {"approve": True, "remember": True},
     "session": {"approve": True, "allow_turn": True},
+    "hour": {"approve": True, "remember_for": 3600},  # SPEC 17.3
     "deny": {"approve": False},
 }
 

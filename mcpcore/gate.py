@@ -21,7 +21,7 @@ def normalize_mode(mode: object) -> str | None:
 @dataclass(frozen=True)
 class Decision:
     run: bool
-    reason: str  # auto, allowlist, session, rule (run); ask, deny (a rule's deny: never run)
+    reason: str  # auto, allowlist, session, grant, rule (run); ask, deny (a rule's deny: never run)
     rule: str = ""  # the line of the rule that decided, if one did
 
 
@@ -31,11 +31,12 @@ def decide(
     session_allowed: Callable[[], bool],
     rule: Callable[[], tuple[str, str] | None] = lambda: None,
     changed: Callable[[], bool] = lambda: False,
+    granted: Callable[[], bool] = lambda: False,
 ) -> Decision:
     """Argument rules first (SPEC 14.2: deny, then ask), then a trusted tool whose definition
     changed since it was pinned (14.1: it waits for a person whatever else would let it run),
     then an allow rule, then SPEC 5 (first match wins: auto mode, the allow-list, the session's
-    allowance, else ask).
+    allowance), then a time-boxed grant of the tool to the token (17.3), else ask.
 
     The checks are callables, asked only when reached: each may cost a lookup. `rule` gives
     (decision, line) of the deciding rule or None.
@@ -55,6 +56,8 @@ def decide(
         return Decision(True, "allowlist")
     if session_allowed():
         return Decision(True, "session")
+    if granted():
+        return Decision(True, "grant")
     return Decision(False, "ask")
 
 

@@ -7,6 +7,7 @@ import hashlib
 import secrets
 import time
 import uuid
+from urllib.parse import urlsplit
 
 from django.db import models
 from django.utils import timezone
@@ -309,8 +310,11 @@ class ToolCall(models.Model):
     # How far the notifier (notify.py) has told notification targets about this confirmation:
     # 0 nothing yet, 1 that it is pending, 2 that it ended too (or nothing to tell).
     notified = models.PositiveSmallIntegerField(default=0)
-    # Which door the call came in by: `rest` (/v1/mcp/call) or `mcp` (the /mcp endpoints).
+    # Which door the call came in by: `rest` (/v1/mcp/call), `mcp` (the /mcp endpoints) or
+    # `hook` (Claude Code's HTTP hooks, SPEC 17.1).
     via = models.CharField(max_length=4, default="rest")
+    # The agent's working directory, as a Claude Code hook gave it (SPEC 17.1).
+    cwd = models.CharField(max_length=1000, blank=True, default="")
     # For via=mcp: the upstream CallToolResult as wire JSON, when at most AGENVOY_RESULT_CAP
     # bytes, so the MCP client gets it as it was (SPEC 13.3).
     native_result = models.JSONField(null=True, blank=True)
@@ -394,7 +398,7 @@ class ToolCall(models.Model):
         return body
 
     def to_pending(self) -> dict:
-        return {
+        item = {
             "id": str(self.confirm_id),
             "kind": self.kind,
             "session_id": self.session_id,
@@ -405,6 +409,9 @@ class ToolCall(models.Model):
             "call_id": str(self.id),
             "changed": self.definition_changed,
         }
+        if self.via == "hook":
+            item["cwd"] = self.cwd
+        return item
 
 
 class SessionAllowance(models.Model):
@@ -443,14 +450,22 @@ class FileState(models.Model):
 
 
 class PermissionGrant(models.Model):
-    """ "Approve and remember" on a permission prompt: later prompts of this exact `tool_name`
-    (the agent's own tool, e.g. `Bash`) by this token are allowed at once, until revoked on the
-    Tokens page. Kept in the console, never in `allow_tool`, which holds MCP names only."""
+    """A tool name granted to one token, kept in the console (never in `allow_tool`):
+
+    - "Approve and remember" on a permission prompt (`kind` permission_prompt, no `expires_at`):
+      later prompts of this exact `tool_name` (the agent's own tool, e.g. `Bash`) by this token
+      are allowed at once, until revoked on the Tokens page (SPEC 13.5);
+    - "Approve for 1 hour" or `remember_for` (SPEC 17.3), on either kind of call: the same, until
+      `expires_at`; for a tool call (`kind` tool_confirm) `tool_name` is the registered name.
+
+    A grant applies to calls of its own kind only; revoking the token ends its grants."""
 
     token = models.ForeignKey(ApiToken, on_delete=models.CASCADE, related_name="permission_grants")
+    kind = models.CharField(max_length=20, default="permission_prompt")  # a ToolCall kind
     tool_name = models.CharField(max_length=700)
     granted_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)  # None: until revoked
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -459,6 +474,14 @@ class PermissionGrant(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} ({self.token_id})"
+
+    @classmethod
+    def in_force(cls, now=None):
+        """Grants neither revoked nor past their end."""
+        now = now or timezone.now()
+        return cls.objects.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        )
 
 
 # --- trust that follows the tool (SPEC 14) ----------------------------------------------------
@@ -513,6 +536,11 @@ class NotificationTarget(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.url}"
+
+    @property
+    def name(self) -> str:
+        """What people call the target (SPEC 15: the URL's host)."""
+        return urlsplit(self.url).hostname or self.url
 
 
 class Delivery(models.Model):

@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import db
+from . import db, onetap
 from .models import Delivery, NotificationTarget, ToolCall, iso
 
 log = logging.getLogger("mcpcore.notify")
@@ -80,10 +80,13 @@ def confirmation_url(base: str, confirm_id: str) -> str:
     return f"{base}/pending/{confirm_id}/"
 
 
-def event_data(pending: dict, server: str, url: str, ended: dict | None = None) -> dict:
-    """`data` of a confirmation event: the `GET /v1/pending` item, its server and page, and for
+def event_data(
+    pending: dict, server: str, url: str, ended: dict | None = None, actions: dict | None = None
+) -> dict:
+    """`data` of a confirmation event: the `GET /v1/pending` item, its server and page, for
+    `confirmation.pending` the one-tap links (`approve_url`, `deny_url`: SPEC 17.2), and for
     `confirmation.resolved` how it ended (`status`, `decision`, `decided_by`)."""
-    data = {**pending, "server": server, "url": url}
+    data = {**pending, "server": server, "url": url, **(actions or {})}
     if ended is not None:
         data.update(status=ended["status"], decision=ended["decision"], decided_by=ended["decided_by"])
     return data
@@ -118,7 +121,28 @@ def ntfy_request(event: dict) -> tuple[str, dict[str, str]]:
     tool = short_tool(data.get("tool_name", ""), data.get("server", ""))
     server = data.get("server") or "the console"
     headers = {"Title": _header(f"Approval needed: {tool}"), "Click": data["url"], "Tags": "lock"}
+    if data.get("approve_url") and data.get("deny_url"):
+        headers["Actions"] = ntfy_actions(data["approve_url"], data["deny_url"])
+    if data.get("kind") == ToolCall.PERMISSION_PROMPT:
+        return f"{tool} is waiting for approval", headers
     return f"{tool} on {server} is waiting for approval", headers
+
+
+def ntfy_actions(approve_url: str, deny_url: str) -> str:
+    """Two ntfy `http` action buttons (its simple header format): the phone POSTs the link."""
+    return "; ".join(
+        f"http, {label}, {link}, method=POST, clear=true"
+        for label, link in (("Approve", approve_url), ("Deny", deny_url))
+    )
+
+
+def action_links(base: str, confirm_id, target_id: int) -> dict[str, str]:
+    """`approve_url` and `deny_url` of one confirmation for one target (SPEC 17.2)."""
+    key = settings.SECRET_KEY
+    return {
+        "approve_url": onetap.url(base, key, confirm_id, onetap.APPROVE, target_id),
+        "deny_url": onetap.url(base, key, confirm_id, onetap.DENY, target_id),
+    }
 
 
 def retry_delay(attempts: int, scale: float = 1.0) -> float | None:
@@ -158,12 +182,17 @@ def queue_test(target: NotificationTarget) -> Delivery:
 # --- events -> deliveries (one process claims each) -------------------------------------------
 
 
-def _events_for(call: ToolCall, base: str, now: datetime.datetime) -> list[tuple[str, str]]:
-    """(event type, body) of the news a call has beyond what was told."""
+def _events_for(
+    call: ToolCall, base: str, now: datetime.datetime, target: NotificationTarget
+) -> list[tuple[str, str]]:
+    """(event type, body) of the news a call has beyond what was told, for one target (its
+    one-tap links are its own)."""
     url = confirmation_url(base, str(call.confirm_id))
     out = []
     if call.notified == TOLD_NOTHING:
-        out.append((PENDING, payload(PENDING, now, event_data(call.to_pending(), call.server_name, url))))
+        links = action_links(base, call.confirm_id, target.pk)
+        data = event_data(call.to_pending(), call.server_name, url, actions=links)
+        out.append((PENDING, payload(PENDING, now, data)))
     if call.status != "pending":
         ended = {"status": call.status, "decision": call.decision, "decided_by": call.decided_by}
         data = event_data(call.to_pending(), call.server_name, url, ended)
@@ -201,8 +230,8 @@ def enqueue(limit: int = 200) -> int:
                     created_at=now,
                     next_attempt_at=now,
                 )
-                for kind, body in _events_for(call, base, now)
                 for t in targets
+                for kind, body in _events_for(call, base, now, t)
                 # ntfy is for people: it hears of confirmations that wait, not of their end
                 # (nor of one that already ended).
                 if t.kind == "webhook" or (kind == PENDING and call.status == "pending")

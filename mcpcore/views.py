@@ -31,9 +31,10 @@ from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString, mark_safe
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from . import allowlist, calls, control, files, live, notify, rules, serverconfig
+from . import allowlist, calls, control, files, live, notify, onetap, rules, serverconfig
 from .forms import (
     HistoryFilter,
     ImportForm,
@@ -609,6 +610,7 @@ def _reply_message(call: ToolCall) -> str:
         "approve": "Approved",
         "remember": "Approved and remembered",
         "session": f"Approved for session {call.session_id}",
+        "grant": "Approved for 1 hour",
         "deny": "Denied",
     }.get(call.decision, call.decision)
     return f"{said}: {call.tool_name}."
@@ -743,13 +745,18 @@ def call_detail(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
 
 def _token_rows() -> list[ApiToken]:
     rows = list(ApiToken.objects.prefetch_related(_active_grants()))
+    now = timezone.now()
     for row in rows:
         row.used_ago = live.ago(row.last_used_at) or "never"
+        for grant in row.grants:
+            # Time-boxed grants (SPEC 17.3) say how long they have left; the page counts down.
+            left = (grant.expires_at - now).total_seconds() if grant.expires_at else None
+            grant.left_text = live.clock(left) if left is not None else ""
     return rows
 
 
 def _tokens_page(request: HttpRequest, form: TokenForm, new: dict | None, status: int = 200) -> HttpResponse:
-    context = {"tokens": _token_rows(), "form": form, "new": new}
+    context = {"tokens": _token_rows(), "form": form, "new": new, "hooks_settings": claude_code_settings()}
     response = render(request, "mcpcore/token_list.html", context, status=status)
     response["Cache-Control"] = "no-store"
     return response
@@ -802,8 +809,8 @@ PERMISSION_NAME = "agenvoy-permission"  # the name clients give /mcp/_permission
 
 
 def _active_grants() -> Prefetch:
-    """A token's remembered tool names in force, as `token.grants`."""
-    rows = PermissionGrant.objects.filter(revoked_at__isnull=True).order_by("tool_name")
+    """A token's grants in force (remembered and time-boxed), as `token.grants`."""
+    rows = PermissionGrant.in_force().order_by("tool_name", "expires_at")
     return Prefetch("permission_grants", queryset=rows, to_attr="grants")
 
 
@@ -823,13 +830,32 @@ def client_config(token: str) -> dict:
         "permission_run": (
             f'claude -p --permission-prompt-tool mcp__{PERMISSION_NAME}__approval_prompt "..."'
         ),
+        "hooks_settings": claude_code_settings(),
     }
+
+
+HOOK_TIMEOUT = 60  # seconds Claude Code gives the hook: above the console's default wait of 55
+
+
+def claude_code_settings() -> str:
+    """The `.claude/settings.json` block that sends every permission dialog of Claude Code to the
+    console (SPEC 17.1). The token comes from `$AGENVOY_TOKEN`, so the file holds no secret and
+    can be committed for a whole team."""
+    hook = {
+        "type": "http",
+        "url": f"{settings.AGENVOY_PUBLIC_URL}/v1/hooks/claude-code",
+        "headers": {"Authorization": "Bearer $AGENVOY_TOKEN"},
+        "allowedEnvVars": ["AGENVOY_TOKEN"],
+        "timeout": HOOK_TIMEOUT,
+    }
+    return json.dumps({"hooks": {"PermissionRequest": [{"matcher": "*", "hooks": [hook]}]}}, indent=2)
 
 
 @login_required
 @require_POST
 def grant_revoke(request: HttpRequest, pk: int) -> HttpResponse:
-    """Forget an "Approve and remember" of a permission prompt: its next prompt waits again."""
+    """End a grant ("Approve and remember" of a permission prompt, or a time-boxed grant): the
+    token's next call of that tool waits for a person again."""
     grant = get_object_or_404(PermissionGrant.objects.select_related("token"), pk=pk)
     if calls.revoke_permission(grant.pk):
         messages.success(request, f"{grant.token.name} must ask again for {grant.tool_name}.")
@@ -933,6 +959,7 @@ def _ending(call: ToolCall) -> str:
         "approve": f"Approved by {who}{at}.",
         "remember": f"Approved and remembered by {who}{at}.",
         "session": f"Approved for session {call.session_id} by {who}{at}.",
+        "grant": f"Approved by {who}{at}, with later calls of {call.tool_name} allowed for a while.",
         "deny": f"Denied by {who}{at}." + (f" Reason: {call.reason}" if call.reason else ""),
         "abort": f"Stopped by {who}{at}: the agent was told to stop.",
         "expired": f"Expired{at}: nobody answered in time.",
@@ -1061,3 +1088,68 @@ def notification_remove(request: HttpRequest, pk: int) -> HttpResponse:
     target.delete()
     messages.success(request, f"Removed {target.kind} target {target.url}.")
     return redirect("notifications")
+
+
+# --- one tap on the phone (SPEC 17.2) and what MCP clients probe (17.4) -------------------------
+
+LINK_GONE = "this link is no longer valid"
+
+
+def _plain(text: str, status: int) -> HttpResponse:
+    """A text/plain answer for a one-tap link. Marked as logged, so Django's request logger never
+    writes the path (which holds the action token) for a 4xx."""
+    response = HttpResponse(text, status=status, content_type="text/plain; charset=utf-8")
+    response._has_been_logged = True
+    return _private(response)
+
+
+def _private(response: HttpResponse) -> HttpResponse:
+    # The token is the credential: no cache keeps the page, no Referer carries the link on.
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"
+    response["X-Robots-Tag"] = "noindex"
+    return response
+
+
+def _one_tap_call(token: str) -> tuple["onetap.Action", ToolCall, NotificationTarget] | None:
+    """The pending confirmation and live target a valid token names, or None (410)."""
+    action = onetap.read(settings.SECRET_KEY, token)
+    if action is None:
+        return None
+    call = ToolCall.objects.filter(confirm_id=action.confirm_id, status="pending").first()
+    target = NotificationTarget.objects.filter(pk=action.target_id).first()
+    if call is None or target is None or (call.expires_at and call.expires_at <= timezone.now()):
+        return None
+    return action, call, target
+
+
+@csrf_exempt
+@require_http_methods(["GET", "HEAD", "POST"])
+def one_tap(request: HttpRequest, token: str) -> HttpResponse:
+    """`/a/<action token>`: POST decides (no session, no CSRF: the token is the credential) and
+    answers `approved` or `denied`; GET shows the call and one button that posts here, and
+    decides nothing (link previews fetch links). 410 once the confirmation has ended, and for
+    any token the console did not make."""
+    found = _one_tap_call(token)
+    if found is None:
+        return _plain(LINK_GONE, 410)
+    action, call, target = found
+    approve = action.decision == onetap.APPROVE
+    if request.method != "POST":
+        context = {"call": call, "approve": approve, "args": pretty(call.arguments), "target": target}
+        response = render(request, "mcpcore/one_tap.html", context)
+        response._has_been_logged = True
+        return _private(response)
+    who = f"{target.name} (one-tap)"
+    try:
+        async_to_sync(calls.respond)(call.session_id, str(call.confirm_id), {"approve": approve}, who)
+    except calls.CallError:
+        return _plain(LINK_GONE, 410)
+    return _plain("approved" if approve else "denied", 200)
+
+
+@csrf_exempt
+def well_known_not_found(request: HttpRequest) -> JsonResponse:
+    """OAuth and OpenID discovery documents: the console has none (its MCP endpoints take API
+    tokens), and clients that probe (with any method) need JSON, not the sign-in page."""
+    return JsonResponse({"error": "not found"}, status=404)

@@ -23,7 +23,7 @@ import pytest_asyncio
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from mcpcore import notify
+from mcpcore import notify, onetap
 from mcpcore.models import Delivery, NotificationTarget, ToolCall
 
 # --- a real receiver --------------------------------------------------------------------------
@@ -211,7 +211,19 @@ async def test_it_posts_signed_pending_and_resolved_events(receiver, notifier, s
     assert body["type"] == "confirmation.pending"
     assert datetime.datetime.fromisoformat(body["timestamp"]).tzinfo is not None
     url = f"https://approve.example/pending/{call.confirm_id}/"
-    assert body["data"] == {**call.to_pending(), "server": "every", "url": url}
+    links = {
+        "approve_url": body["data"]["approve_url"],
+        "deny_url": body["data"]["deny_url"],
+    }
+    assert body["data"] == {**call.to_pending(), "server": "every", "url": url, **links}
+    for decision, link in (("approve", links["approve_url"]), ("deny", links["deny_url"])):
+        assert link.startswith("https://approve.example/a/")
+        action = onetap.read(settings.SECRET_KEY, link.rsplit("/", 1)[1])
+        assert (action.confirm_id, action.decision, action.target_id) == (
+            call.confirm_id,
+            decision,
+            target.pk,
+        )
 
     await sync_to_async(ToolCall.objects.filter(id=call.id).update)(
         status="skipped", decision="deny", decided_by="op", ended_at=timezone.now()

@@ -28,9 +28,21 @@ def test_it_walks_every_page_of_the_console():
     assert "/" in PAGES and "/rules/" in PAGES and "/notifications/" in PAGES
     assert "/pending/6f1d2b1c-0000-4000-8000-000000000001/" in PAGES
     assert len(PAGES) == len(mcpcore.urls.urlpatterns)
-    # Everything under the site root that is not /v1, /login or /logout is one of these.
+    # Everything under the site root that is not /v1, /login or /logout is one of these, but for
+    # two routes without a session: one-tap links (the action token is the credential, SPEC
+    # 17.2) and the JSON 404s MCP clients probe for (17.4); both are checked below.
     names = {p.name for p in get_resolver().url_patterns if isinstance(p, URLPattern)}
-    assert names == {"login", "logout"}
+    assert names == {"login", "logout", "one-tap", "well-known-not-found"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_it_shows_and_decides_nothing_without_a_session_but_for_a_valid_action_token(client, method):
+    for path in ("/a/every", "/a/6f1d2b1c000040008000000000000001a1.AAAAAAAAAAAAAAAAAAAAAAAAAAA"):
+        r = getattr(client, method)(path)
+        assert (r.status_code, r.content) == (410, b"this link is no longer valid"), path
+    r = getattr(client, method)("/.well-known/openid-configuration")
+    assert (r.status_code, r.json()) == (404, {"error": "not found"})
 
 
 @pytest.mark.django_db

@@ -348,7 +348,9 @@ def test_it_lists_remembered_tool_names_per_token_and_revokes_one_over_htmx(sign
     listed = body.split('id="messages"')[0]
     assert "<code>Bash</code>" not in listed and "<code>WebFetch</code>" in listed
     assert "claude must ask again for Bash." in body
-    assert not calls._granted(agent, "Bash") and calls._granted(agent, "WebFetch")
+    assert not calls.granted(agent, "permission_prompt", "Bash") and calls.granted(
+        agent, "permission_prompt", "WebFetch"
+    )
 
 
 def test_it_refuses_a_grant_revoke_without_csrf_or_by_get(agent, signed_in):

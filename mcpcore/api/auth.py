@@ -121,6 +121,7 @@ RIGHTS: dict[tuple[str, str], Right] = {
     ("api-mcp-call-cancel", "POST"): Right(calls="cancel"),
     ("api-pending", "GET"): Right(calls="list"),
     ("api-confirm", "POST"): Right(calls="reply"),
+    ("api-hooks-claude-code", "POST"): ANY,  # a permission prompt of the token's own (SPEC 17.1)
     ("api-mcp", "GET"): admin_only("read server configuration"),
     ("api-mcp", "POST"): admin_only("change servers"),
     ("api-mcp-remove", "POST"): admin_only("change servers"),

@@ -232,6 +232,7 @@ PATHS = {
                     "allow_turn": {"type": "boolean"},
                     "abort": {"type": "boolean"},
                     "reason": _STR,
+                    "remember_for": {"type": "integer", "minimum": 60, "maximum": 604800},
                 }
             ),
             errors=(400,),
@@ -249,6 +250,24 @@ PATHS = {
                 410: "confirmation already resolved or expired",
             },
         ),
+    },
+    "/v1/hooks/claude-code": {
+        "post": _op(
+            "A Claude Code HTTP hook (PermissionRequest, PreToolUse): a permission prompt held for a"
+            " person up to `wait` seconds, answered in the event's own JSON ({} when nobody decided)",
+            {"type": "object", "description": "The JSON Claude Code posts for the event, as it is."},
+            {"type": "object", "description": "The event's hookSpecificOutput, or {}"},
+            errors=(400,),
+            params=[
+                {
+                    "name": "wait",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "number", "minimum": 1, "maximum": 600, "default": 55},
+                }
+            ],
+            why={429: "too many pending confirmations for this token (AGENVOY_MAX_PENDING)"},
+        )
     },
 }
 

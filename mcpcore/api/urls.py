@@ -19,6 +19,7 @@ urlpatterns = [
     path("session/<str:session_id>/confirm/<str:confirm_id>", views.confirm, name="api-confirm"),
     path("allowlist", views.allowlist_view, name="api-allowlist"),
     path("rules", views.rules_view, name="api-rules"),
+    path("hooks/claude-code", views.claude_code_hook, name="api-hooks-claude-code"),
     path("<path:rest>", views.not_found, name="api-not-found"),
     # What <path:> can't match ("" and paths with newlines) also answers JSON, after auth.
     re_path(r"^[\s\S]*\Z", views.not_found, name="api-not-found-any"),

@@ -1,8 +1,11 @@
 """`/v1` views: thin wrappers over the modules that do the work (SPEC 7)."""
 
 import asyncio
+import json
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
 
 from .. import allowlist, control, files, names, serverconfig
 from ..models import Server, Tool, mask_config
@@ -274,3 +277,73 @@ def rules_view(request: HttpRequest) -> JsonResponse:
     except files.ConfigFileError as exc:
         raise _file_error(exc) from None
     return JsonResponse({"ok": True, **_rules_body()})
+
+
+# --- Claude Code's hooks (SPEC 17.1) ------------------------------------------------------------
+
+
+def _hook_body(request: HttpRequest):
+    """The hook's body as a `ClaudeCodeHook`; its first problem is the 400 (SPEC 17.1 order)."""
+    from pydantic import ValidationError
+
+    from .auth import _reject_constant
+    from .schemas import ClaudeCodeHook, first_error
+
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise ApiError("request body too large", 413) from None
+    try:
+        data = json.loads(raw, parse_constant=_reject_constant)
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except (ValueError, UnicodeError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        raise ApiError("body must be a JSON object")
+    try:
+        return ClaudeCodeHook.model_validate(data)
+    except ValidationError as exc:
+        raise ApiError(first_error(exc)) from None
+
+
+@api_view(("POST",))
+async def claude_code_hook(request: HttpRequest) -> JsonResponse:
+    """A `PermissionRequest` or `PreToolUse` hook: a permission prompt of this token's, through
+    the one call path (rules, grants, allowances, inbox), held until decided or `wait` seconds;
+    then the event's JSON. Nobody deciding in time cancels the prompt: Claude Code asks at the
+    terminal instead."""
+    from .. import calls, db, hooks
+
+    body = _hook_body(request)
+    try:
+        wait = hooks.wait_seconds(request.GET.get("wait"))
+    except ValueError as exc:
+        raise ApiError(str(exc)) from None
+    token = request.api_token
+    session = body.session_id.strip()
+    try:
+        call = await db.write(
+            calls.create_permission_prompt,
+            token,
+            body.tool_name,
+            body.tool_input,
+            f"cc:{session or token.name}",
+            body.tool_use_id or None,
+            via="hook",
+            cwd=body.cwd,
+        )
+    except calls.CallError as exc:
+        raise ApiError(exc.message, exc.status) from None
+    await calls.submit(call)
+    ended = await _until_gone(request, calls.wait(call, wait), wait)
+    timed_out = False
+    if ended is None or not ended.ended:
+        # Nobody decided in time (or Claude Code gave up): the prompt leaves the inbox.
+        timed_out = await db.run(
+            calls.finish, call.id, "cancelled", hooks.timed_out_text(wait), decided_at=timezone.now()
+        )
+        await calls.announce(str(call.id))
+        ended = await calls.get(call.id)
+    if ended is None:
+        return JsonResponse({})
+    return JsonResponse(hooks.answer(body.hook_event_name, ended, wait, timed_out))

@@ -45,6 +45,18 @@ def view_of(path: str) -> str | None:
     return rest if names.is_valid_server_name(rest) else None
 
 
+REALM = 'Bearer realm="agenvoy"'
+
+
+def challenge_for(header: str | None) -> str:
+    """The 401's `WWW-Authenticate` (SPEC 17.4): a request that sent a bearer token the console
+    does not accept is told `invalid_token` (RFC 6750), one that sent none only the realm."""
+    scheme, _, value = (header or "").partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return f'{REALM}, error="invalid_token"'
+    return REALM
+
+
 def _admit(header: str | None, view: str | None):
     """The request's token, and whether its path names an endpoint. Run through `db.read`:
     for `/mcp` with a cached token it reads one row on the loop's own connection."""
@@ -119,8 +131,9 @@ class McpEndpoint:
         view = view_of(scope["path"])
         token, known = await db.read(_admit, Headers(scope=scope).get("authorization"), view)
         if token is None:
+            challenge = challenge_for(Headers(scope=scope).get("authorization"))
             await JSONResponse(
-                {"error": "authentication required"}, 401, headers={"WWW-Authenticate": "Bearer"}
+                {"error": "authentication required"}, 401, headers={"WWW-Authenticate": challenge}
             )(scope, receive, send)
             return
         if not known:
