@@ -4,6 +4,7 @@ Each variable has a default that works on a fresh machine; a bad value stops sta
 ImproperlyConfigured naming the variable.
 """
 
+import logging
 import os
 import secrets
 from pathlib import Path
@@ -14,8 +15,13 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("AGENVOY_DATA_DIR", BASE_DIR / "data"))
 if not DATA_DIR.is_dir():
     # It holds the database and the secret key: owner only (SPEC 12.3).
-    DATA_DIR.parent.mkdir(parents=True, exist_ok=True)
-    DATA_DIR.mkdir(mode=0o700, exist_ok=True)
+    try:
+        DATA_DIR.parent.mkdir(parents=True, exist_ok=True)
+        DATA_DIR.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"AGENVOY_DATA_DIR must be a folder the console can create, got {str(DATA_DIR)!r}: {exc.strerror}"
+        ) from None
 
 
 def _private_file(path: Path) -> Path:
@@ -84,6 +90,12 @@ DEBUG = _bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()
 ]
+for _host in ALLOWED_HOSTS:
+    # A URL here (`https://console.example/`) would match no request: say so at start-up.
+    if "/" in _host or any(c.isspace() for c in _host):
+        raise ImproperlyConfigured(
+            f"DJANGO_ALLOWED_HOSTS entries must be host names like console.example, got {_host!r}"
+        )
 
 # --- behind a TLS proxy (docs/deploy.md) -------------------------------------------------------
 # The console's address as people reach it (SPEC 15); https there means secure cookies.
@@ -132,6 +144,8 @@ SECURE_PROXY_SSL_HEADER = _proxy_ssl_header("DJANGO_SECURE_PROXY_SSL_HEADER")
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = AGENVOY_PUBLIC_URL.startswith("https://")
 
 AGENVOY_HOME = Path(os.path.expanduser(os.environ.get("AGENVOY_HOME", "~/.config/agenvoy"))).resolve()
+if AGENVOY_HOME.exists() and not AGENVOY_HOME.is_dir():
+    raise ImproperlyConfigured(f"AGENVOY_HOME must be a folder, got the file {str(AGENVOY_HOME)!r}")
 AGENVOY_POLL_SECONDS = _seconds("AGENVOY_POLL_SECONDS", 60)
 AGENVOY_LIST_TIMEOUT = _seconds("AGENVOY_LIST_TIMEOUT", 30)
 AGENVOY_CONNECT_TIMEOUT = _seconds("AGENVOY_CONNECT_TIMEOUT", 30)
@@ -231,6 +245,8 @@ def _database() -> dict:
             config = dj_database_url.parse(url, conn_max_age=0)
         except Exception as exc:
             raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
+        if not config.get("NAME"):
+            raise ImproperlyConfigured("DATABASE_URL names no database (e.g. postgres://user@host/agenvoy)")
     if config["ENGINE"].endswith("sqlite3"):
         config["OPTIONS"] = {**SQLITE_OPTIONS, **config.get("OPTIONS", {})}
     return config
@@ -240,6 +256,10 @@ DATABASES = {"default": _database()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise ImproperlyConfigured(
+        f"REDIS_URL must be a redis://, rediss:// or unix:// address, got {REDIS_URL!r}"
+    )
 if REDIS_URL:
     # redis-py 8 defaults to a 5 s socket timeout, equal to channels-redis's blocking read,
     # which kills idle workers: give the socket more room (STACK.md).
@@ -268,12 +288,21 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 
+
+def _log_level(name: str, default: str) -> str:
+    """A level name `logging` knows (DEBUG, INFO, WARNING, ERROR, CRITICAL), in any case."""
+    raw = os.environ.get(name, "").strip() or default
+    if raw.upper() not in logging.getLevelNamesMapping():
+        raise ImproperlyConfigured(f"{name} must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {raw!r}")
+    return raw.upper()
+
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
-        "mcpcore": {"handlers": ["console"], "level": os.environ.get("AGENVOY_LOG_LEVEL", "INFO")},
+        "mcpcore": {"handlers": ["console"], "level": _log_level("AGENVOY_LOG_LEVEL", "INFO")},
     },
 }

@@ -30,6 +30,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from . import allowlist, cache, control, db, files, gate, rules, store
+from .choices import CallDecision, CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
 from .models import (
     AllowEntry,
     ApiToken,
@@ -139,7 +140,7 @@ def create(
     arguments: object,
     session_id: object,
     mode: object,
-    via: str = "rest",
+    via: str = Via.REST,
 ) -> ToolCall:
     """Validate a call request, run it through the gate, and record it (SPEC 5, 7). Sync;
     from async code run it with `db.write`, so its INSERT shares a commit with the writes
@@ -173,9 +174,9 @@ def create(
     if tool is None:
         raise CallError(f"unknown tool: {name}", 404)
     server = tool.server
-    if server.state not in ("connected", "connecting"):
+    if server.state not in (ServerState.CONNECTED, ServerState.CONNECTING):
         raise CallError(f"server {server.name} is not connected: {server.last_error or server.state}", 503)
-    if norm == "auto" and token is not None and not token.may_auto:
+    if norm == Mode.AUTO and token is not None and not token.may_auto:
         raise CallError("this token may not use auto mode", 403)
     session_id = session_id.strip() if isinstance(session_id, str) else time_ordered_uuid().hex
 
@@ -193,7 +194,7 @@ def create(
         lambda: session_allowed(token, session_id),
         rule=lambda: rule_for(tool.registered_name, arguments),
         changed=changed,
-        granted=lambda: granted(token, ToolCall.TOOL_CONFIRM, tool.registered_name),
+        granted=lambda: granted(token, CallKind.TOOL_CONFIRM, tool.registered_name),
     )
     now = timezone.now()
     call = store.new(
@@ -208,24 +209,25 @@ def create(
         created_at=now,
         rule=decision.rule,
         # An ask rule decides before the pin is looked at; the inbox still wants to know.
-        definition_changed=decision.reason == "ask" and changed(),
+        definition_changed=decision.reason == RuleDecision.ASK and changed(),
         via=via,
     )
-    if decision.reason == "deny":
+    if decision.reason == RuleDecision.DENY:
         # Denied by a rule: nobody is asked and nothing runs.
-        call.status, call.decision, call.decided_at, call.ended_at = "skipped", "rule", now, now
+        call.status, call.decision = CallStatus.SKIPPED, CallDecision.RULE
+        call.decided_at = call.ended_at = now
         call.decided_by, call.result = "rule", gate.denied_text(decision.rule)
     elif decision.run:
-        call.status, call.decision, call.decided_at = "running", decision.reason, now
+        call.status, call.decision, call.decided_at = CallStatus.RUNNING, decision.reason, now
         runner = _runner
         if runner is not None and runner.holds(server.name):
-            call.started_at, call.worker, call.attempts = now, runner.name, 1
+            call.started_at, call.worker = now, runner.name
     else:
         _wait_for_a_person(call, token, now)
     store.insert(call)
-    if call.status == "pending" and token is not None and not _still_live(token):
+    if call.status == CallStatus.PENDING and token is not None and not _still_live(token):
         # Revoked between this request's auth and now: revoke_token's sweep may have missed it.
-        finish(call.id, "cancelled", TOKEN_REVOKED, decided_at=timezone.now())
+        finish(call.id, CallStatus.CANCELLED, TOKEN_REVOKED, decided_at=timezone.now())
         call.refresh_from_db()
     return call
 
@@ -242,9 +244,12 @@ def _wait_for_a_person(call: ToolCall, token: ApiToken | None, now: datetime.dat
             # Held until the insert commits: two processes taking the same token's calls count
             # one after the other. (SQLite has a single writer: its counts never overlap.)
             list(ApiToken.objects.select_for_update().filter(pk=token.pk).values_list("pk"))
-        if ToolCall.objects.filter(token=token, status="pending").count() >= settings.AGENVOY_MAX_PENDING:
+        if (
+            ToolCall.objects.filter(token=token, status=CallStatus.PENDING).count()
+            >= settings.AGENVOY_MAX_PENDING
+        ):
             raise CallError("too many pending confirmations for this token", 429)
-    call.status = "pending"
+    call.status = CallStatus.PENDING
     call.confirm_id = uuid.uuid4()
     call.expires_at = now + datetime.timedelta(seconds=settings.AGENVOY_CONFIRM_TIMEOUT)
 
@@ -262,7 +267,7 @@ async def submit(call: ToolCall) -> None:
     deny, an already granted permission prompt) needs nothing."""
     if call.ended:
         return
-    if call.status == "pending":
+    if call.status == CallStatus.PENDING:
         await announce(str(call.id))
     else:
         await dispatch(call)
@@ -339,14 +344,18 @@ async def wait(
                 call = fresh
                 if call.ended:
                     return call
-                if call.status == "pending" and call.expires_at and call.expires_at <= timezone.now():
+                if (
+                    call.status == CallStatus.PENDING
+                    and call.expires_at
+                    and call.expires_at <= timezone.now()
+                ):
                     if await db.run(expire, call.id):
                         await announce(call_id)
                     continue
             now = loop.time()
             if now >= deadline:
                 return call
-            beating = on_heartbeat is not None and call.status == "pending"
+            beating = on_heartbeat is not None and call.status == CallStatus.PENDING
             if beating and now >= next_beat:
                 await on_heartbeat()
                 next_beat = now + HEARTBEAT
@@ -408,7 +417,7 @@ async def respond(session_id: str, confirm_id: str, body: dict, who: str, author
     (`reply`), run the call when approved, and tell the inbox and the waiters. Raises
     ReplyError with the API's message and status."""
     call = await db.run(reply, session_id, confirm_id, body, who, authorize)
-    if call.status == "running":
+    if call.status == CallStatus.RUNNING:
         await dispatch(call)
     await announce(str(call.id))
     return call
@@ -434,8 +443,8 @@ def claim(call_id, worker: str) -> ToolCall | None:
     """Take a recorded, approved call no worker has started: a conditional UPDATE, so only
     one worker ever gets it (the way every call is claimed, but the one `create` records
     already claimed for this process, whose row nobody else could see yet)."""
-    claimed = ToolCall.objects.filter(id=call_id, status="running", started_at__isnull=True).update(
-        started_at=timezone.now(), worker=worker, attempts=F("attempts") + 1
+    claimed = ToolCall.objects.filter(id=call_id, status=CallStatus.RUNNING, started_at__isnull=True).update(
+        started_at=timezone.now(), worker=worker
     )
     return ToolCall.objects.filter(id=call_id).first() if claimed == 1 else None
 
@@ -466,16 +475,16 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
         raise ReplyError("reason must be a string", 400)
     grant_for = remember_for(body)
     now = timezone.now()
-    if call.status == "pending" and call.expires_at and call.expires_at <= now:
+    if call.status == CallStatus.PENDING and call.expires_at and call.expires_at <= now:
         expire(call.id)
         raise ReplyError("confirmation already resolved or expired", 410)
-    pending = ToolCall.objects.filter(id=call.id, status="pending")
+    pending = ToolCall.objects.filter(id=call.id, status=CallStatus.PENDING)
     decided = {"decided_by": who, "decided_at": now}
     if body.get("abort") or not body.get("approve"):
         aborted = bool(body.get("abort"))
         changed = pending.update(
-            status="aborted" if aborted else "skipped",
-            decision="abort" if aborted else "deny",
+            status=CallStatus.ABORTED if aborted else CallStatus.SKIPPED,
+            decision=CallDecision.ABORT if aborted else CallDecision.DENY,
             reason=reason,
             result=gate.ABORTED if aborted else gate.skipped_text(reason),
             ended_at=now,
@@ -483,21 +492,21 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
         )
     else:
         decision = (
-            "remember"
+            CallDecision.REMEMBER
             if body.get("remember")
-            else "session"
+            else CallDecision.SESSION
             if body.get("allow_turn")
-            else "grant"
+            else CallDecision.GRANT
             if grant_for
-            else "approve"
+            else CallDecision.APPROVE
         )
         prompt = call.is_permission_prompt
         with transaction.atomic():
             if prompt:  # nothing to run: the approval is the answer
-                ended = {"status": "done", "result": json.dumps(_allow(call)), "ended_at": now}
+                ended = {"status": CallStatus.DONE, "result": json.dumps(_allow(call)), "ended_at": now}
                 changed = pending.update(decision=decision, **ended, **decided)
             else:
-                changed = pending.update(status="running", decision=decision, **decided)
+                changed = pending.update(status=CallStatus.RUNNING, decision=decision, **decided)
             if changed and body.get("allow_turn"):
                 # Bound to the token that made the call (SPEC 12.2), not to whoever replied.
                 SessionAllowance.objects.create(session_id=session_id, token_id=call.token_id, granted_by=who)
@@ -519,9 +528,9 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
 
 def expire(call_id) -> bool:
     return (
-        ToolCall.objects.filter(id=call_id, status="pending").update(
-            status="expired",
-            decision="expired",
+        ToolCall.objects.filter(id=call_id, status=CallStatus.PENDING).update(
+            status=CallStatus.EXPIRED,
+            decision=CallDecision.EXPIRED,
             decided_by="timeout",
             decided_at=timezone.now(),
             reason="confirmation expired",
@@ -534,7 +543,7 @@ def expire(call_id) -> bool:
 
 def expire_due() -> list[str]:
     """Expire every pending confirmation past its time; returns the call ids expired."""
-    due = ToolCall.objects.filter(status="pending", expires_at__lte=timezone.now())
+    due = ToolCall.objects.filter(status=CallStatus.PENDING, expires_at__lte=timezone.now())
     return [str(cid) for cid in due.values_list("id", flat=True) if expire(cid)]
 
 
@@ -543,7 +552,10 @@ def unstarted_for(servers: list[str]) -> list[str]:
     if not servers:
         return []
     rows = ToolCall.objects.filter(
-        status="running", started_at__isnull=True, server_name__in=servers, kind=ToolCall.TOOL_CONFIRM
+        status=CallStatus.RUNNING,
+        started_at__isnull=True,
+        server_name__in=servers,
+        kind=CallKind.TOOL_CONFIRM,
     )
     return [str(cid) for cid in rows.values_list("id", flat=True)]
 
@@ -551,22 +563,22 @@ def unstarted_for(servers: list[str]) -> list[str]:
 def interrupt_orphans(worker_alive) -> int:
     """Calls that were running in a worker that is gone end as interrupted."""
     count = 0
-    rows = ToolCall.objects.filter(status="running", started_at__isnull=False)
+    rows = ToolCall.objects.filter(status=CallStatus.RUNNING, started_at__isnull=False)
     for cid, worker in rows.values_list("id", "worker"):
         if not worker_alive(worker):
-            count += finish(cid, "interrupted", INTERRUPTED, is_error=True)
+            count += finish(cid, CallStatus.INTERRUPTED, INTERRUPTED, is_error=True)
     return count
 
 
 def interrupt_for(server_name: str, worker: str) -> int:
     """Calls a dead worker had started on a server end as interrupted, with a clear message."""
     rows = ToolCall.objects.filter(
-        status="running", started_at__isnull=False, server_name=server_name, worker=worker
+        status=CallStatus.RUNNING, started_at__isnull=False, server_name=server_name, worker=worker
     )
     ended = [
         cid
         for cid in rows.values_list("id", flat=True)
-        if finish(cid, "interrupted", WORKER_LOST, is_error=True)
+        if finish(cid, CallStatus.INTERRUPTED, WORKER_LOST, is_error=True)
     ]
     return len(ended)
 
@@ -581,8 +593,8 @@ def cancel(call_id) -> tuple[ToolCall, bool]:
         raise CallError("call not found", 404)
     if call.ended:
         raise CallError("call already ended", 409)
-    if call.status == "pending" or call.started_at is None:
-        if finish(call.id, "cancelled", "cancelled", decided_at=timezone.now()):
+    if call.status == CallStatus.PENDING or call.started_at is None:
+        if finish(call.id, CallStatus.CANCELLED, "cancelled", decided_at=timezone.now()):
             call.refresh_from_db()
             return call, False
         call.refresh_from_db()
@@ -645,7 +657,7 @@ def create_permission_prompt(
         raise CallError("session_id must be a non-empty string of at most 200 characters", 400)
     now = timezone.now()
     call = ToolCall(
-        kind=ToolCall.PERMISSION_PROMPT,
+        kind=CallKind.PERMISSION_PROMPT,
         via=via,
         cwd=cwd[:1000],
         session_id=session_id,
@@ -661,16 +673,23 @@ def create_permission_prompt(
     decision = ""
     if rule is not None:
         call.rule = rule[1]
-        decision = {"allow": "rule", "deny": "deny"}.get(rule[0], "")
-    if rule is None or rule[0] == "allow":
+        decision = {RuleDecision.ALLOW: CallDecision.RULE, RuleDecision.DENY: RuleDecision.DENY}.get(
+            rule[0], ""
+        )
+    if rule is None or rule[0] == RuleDecision.ALLOW:
         decision = decision or _prompt_grant(token, tool_name)
         if not decision and session_allowed(token, session_id):
-            decision = "session"
-    if decision == "deny":
-        call.status, call.decision, call.decided_at, call.ended_at = "skipped", "rule", now, now
+            decision = CallDecision.SESSION
+    if decision == RuleDecision.DENY:
+        call.status, call.decision, call.decided_at, call.ended_at = (
+            CallStatus.SKIPPED,
+            CallDecision.RULE,
+            now,
+            now,
+        )
         call.decided_by, call.result = "rule", gate.denied_text(rule[1])
     elif decision:
-        call.status, call.decision, call.decided_at, call.ended_at = "done", decision, now, now
+        call.status, call.decision, call.decided_at, call.ended_at = CallStatus.DONE, decision, now, now
         call.decided_by = AUTOMATIC[decision]
         call.result = json.dumps(_allow(call))
     else:
@@ -682,9 +701,9 @@ def create_permission_prompt(
 def permission_answer(call: ToolCall) -> dict:
     """What the agent receives for an ended permission prompt (SPEC 13.5), as the JSON object
     Claude Code's `--permission-prompt-tool` expects; anything but an approval is a deny."""
-    if call.status == "done":
+    if call.status == CallStatus.DONE:
         return _allow(call)
-    if call.status == "aborted":
+    if call.status == CallStatus.ABORTED:
         return {"behavior": "deny", "message": gate.ABORTED, "interrupt": True}
     # skipped and expired carry SPEC 5's texts; cancelled and the rest their own result.
     return {"behavior": "deny", "message": call.result or f"not allowed: {call.status}"}
@@ -695,10 +714,10 @@ def remember_permission(token: ApiToken | None, tool_name: str, who: str) -> Per
     if token is None:
         return None
     found = PermissionGrant.objects.filter(
-        token=token, kind=ToolCall.PERMISSION_PROMPT, tool_name=tool_name, revoked_at__isnull=True
+        token=token, kind=CallKind.PERMISSION_PROMPT, tool_name=tool_name, revoked_at__isnull=True
     )
     return found.filter(expires_at__isnull=True).first() or PermissionGrant.objects.create(
-        token=token, kind=ToolCall.PERMISSION_PROMPT, tool_name=tool_name, granted_by=who
+        token=token, kind=CallKind.PERMISSION_PROMPT, tool_name=tool_name, granted_by=who
     )
 
 
@@ -720,7 +739,7 @@ AUTOMATIC = {"rule": "rule", "remember": "remembered grant", "grant": "grant", "
 def _prompt_grant(token: ApiToken, tool_name: str) -> str:
     """`remember` or `grant` when a grant of this token covers a permission prompt, else ""."""
     rows = PermissionGrant.in_force().filter(
-        token=token, kind=ToolCall.PERMISSION_PROMPT, tool_name=tool_name
+        token=token, kind=CallKind.PERMISSION_PROMPT, tool_name=tool_name
     )
     ends = list(rows.values_list("expires_at", flat=True)[:10])
     if not ends:
@@ -792,6 +811,8 @@ def revoke_token(token_id: int) -> tuple[bool, list[str]]:
             return False, []
         SessionAllowance.objects.filter(token_id=token_id, revoked_at__isnull=True).update(revoked_at=now)
         PermissionGrant.objects.filter(token_id=token_id, revoked_at__isnull=True).update(revoked_at=now)
-    pending = ToolCall.objects.filter(token_id=token_id, status="pending").values_list("id", flat=True)
-    ended = [str(cid) for cid in pending if finish(cid, "cancelled", TOKEN_REVOKED, decided_at=now)]
+    pending = ToolCall.objects.filter(token_id=token_id, status=CallStatus.PENDING).values_list(
+        "id", flat=True
+    )
+    ended = [str(cid) for cid in pending if finish(cid, CallStatus.CANCELLED, TOKEN_REVOKED, decided_at=now)]
     return True, ended

@@ -5,6 +5,8 @@ the process that hosts its supervisor, through `calls.Runner`)."""
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
+from .choices import ServerState
+
 SUPERVISORS = "mcp-supervisors"  # group every supervisor worker joins
 STATUS = "mcp-status"  # group browsers join for live server status
 PENDING = "mcp-pending"  # group browsers join for live pending confirmations
@@ -69,7 +71,7 @@ async def reconnect(name: str | None) -> dict[str, str] | None:
         if channel.startswith("!none:"):
             row = await Server.objects.filter(name=names[0]).afirst()
             outcome[names[0]] = (
-                "disabled"
+                ServerState.DISABLED
                 if row and not row.enabled
                 else (
                     row.last_error if row and row.last_error else "not connected: no worker holds this server"

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import allowlist, names, rules
+from .choices import ServerState, Transport
 
 log = logging.getLogger("mcpcore.files")
 
@@ -207,7 +208,7 @@ def import_shape(data: object) -> dict[str, dict]:
             raise ConfigFileError(f"server {name} must be an object")
         config = dict(config)
         if config.get("type") == "http":
-            config["type"] = "streamable-http"
+            config["type"] = Transport.STREAMABLE_HTTP
         if not (_nonempty(config.get("command")) or _nonempty(config.get("url"))):
             raise ConfigFileError(f"server {name}: command or url is required")
         out[name] = config
@@ -389,11 +390,13 @@ def sync_servers() -> set[str] | None:
             row = row or Server(name=name)
             row.apply_config(config)
             if not row.enabled:
-                row.state = "disabled"
+                row.state = ServerState.DISABLED
             elif row.misconfigured:
-                row.state, row.last_error = "error", "misconfigured: command or url is required"
-            elif row.state in ("disabled", "error") and row.last_error.startswith("misconfigured"):
-                row.state, row.last_error = "connecting", ""
+                row.state, row.last_error = ServerState.ERROR, "misconfigured: command or url is required"
+            elif row.state in (ServerState.DISABLED, ServerState.ERROR) and row.last_error.startswith(
+                "misconfigured"
+            ):
+                row.state, row.last_error = ServerState.CONNECTING, ""
             row.save()
             changed.add(name)
     for w in warnings:

@@ -7,12 +7,13 @@ import json
 from django import forms
 
 from . import files, names, serverconfig
-from .models import SECRET_MASK, ApiToken, ToolCall
+from .choices import CallDecision, CallStatus, TokenRole, Transport
+from .models import SECRET_MASK
 
 TRANSPORT_CHOICES = [
-    ("stdio", "stdio (a command)"),
-    ("streamable-http", "HTTP (streamable)"),
-    ("sse", "SSE (legacy HTTP)"),
+    (Transport.STDIO, "stdio (a command)"),
+    (Transport.STREAMABLE_HTTP, "HTTP (streamable)"),
+    (Transport.SSE, "SSE (legacy HTTP)"),
 ]
 
 
@@ -41,7 +42,7 @@ class ServerForm(forms.Form):
     the keys with empty values, and an empty value keeps what is stored."""
 
     name = forms.CharField(max_length=64, help_text="Letters, digits, - and _ (no __).")
-    transport = forms.ChoiceField(choices=TRANSPORT_CHOICES, initial="stdio")
+    transport = forms.ChoiceField(choices=TRANSPORT_CHOICES, initial=Transport.STDIO)
     command = forms.CharField(required=False)
     args = forms.CharField(
         required=False,
@@ -88,9 +89,9 @@ class ServerForm(forms.Form):
     def clean(self) -> dict:
         data = super().clean()
         transport = data.get("transport")
-        if transport == "stdio" and not (data.get("command") or "").strip():
+        if transport == Transport.STDIO and not (data.get("command") or "").strip():
             self.add_error("command", "A stdio server needs a command.")
-        elif transport in ("streamable-http", "sse") and not (data.get("url") or "").strip():
+        elif transport in (Transport.STREAMABLE_HTTP, Transport.SSE) and not (data.get("url") or "").strip():
             self.add_error("url", "An HTTP server needs a URL.")
         if not self.errors:
             try:
@@ -103,7 +104,7 @@ class ServerForm(forms.Form):
     def _config(data: dict) -> dict:
         transport = data["transport"]
         config: dict = {"type": transport}
-        if transport == "stdio":
+        if transport == Transport.STDIO:
             config["command"] = data["command"].strip()
             args = _lines(data.get("args") or "")
             if args:
@@ -131,7 +132,7 @@ class ServerForm(forms.Form):
 
         return {
             "name": name,
-            "transport": transport_of(config) or "stdio",
+            "transport": transport_of(config) or Transport.STDIO,
             "command": config.get("command") or "",
             "args": "\n".join(str(a) for a in args),
             "env": "".join(f"{k}=\n" for k in env),
@@ -189,16 +190,17 @@ def servers_from_json(raw: bytes | str) -> dict[str, dict]:
 class TokenForm(forms.Form):
     name = forms.CharField(max_length=100)
     # Left out (an old form, a script), a new token gets the least rights: agent.
-    role = forms.ChoiceField(choices=ApiToken.ROLES, initial=ApiToken.AGENT, required=False, label="Role")
+    role = forms.ChoiceField(choices=TokenRole.choices, initial=TokenRole.AGENT, required=False, label="Role")
     may_auto = forms.BooleanField(required=False, initial=True, label="May use auto mode")
 
 
+# A page's reply buttons, named after the decision each records, as the body `calls.reply` takes.
 REPLIES = {
-    "approve": {"approve": True},
-    "remember": {"approve": True, "remember": True},
-    "session": {"approve": True, "allow_turn": True},
+    CallDecision.APPROVE: {"approve": True},
+    CallDecision.REMEMBER: {"approve": True, "remember": True},
+    CallDecision.SESSION: {"approve": True, "allow_turn": True},
     "hour": {"approve": True, "remember_for": 3600},  # SPEC 17.3
-    "deny": {"approve": False},
+    CallDecision.DENY: {"approve": False},
 }
 
 
@@ -211,7 +213,7 @@ class ReplyForm(forms.Form):
 
     def body(self) -> dict:
         body = dict(REPLIES[self.cleaned_data["action"]])
-        if self.cleaned_data["action"] == "deny" and self.cleaned_data["reason"].strip():
+        if self.cleaned_data["action"] == CallDecision.DENY and self.cleaned_data["reason"].strip():
             body["reason"] = self.cleaned_data["reason"].strip()
         return body
 
@@ -219,7 +221,7 @@ class ReplyForm(forms.Form):
 class HistoryFilter(forms.Form):
     server = forms.CharField(required=False)
     tool = forms.CharField(required=False)
-    status = forms.ChoiceField(required=False, choices=[("", "any status"), *ToolCall.STATUSES])
+    status = forms.ChoiceField(required=False, choices=[("", "any status"), *CallStatus.choices])
     session = forms.CharField(required=False, max_length=200)
 
 

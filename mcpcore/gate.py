@@ -1,27 +1,32 @@
-"""The confirmation gate's decisions (SPEC 5). Pure: no HTTP, no database, no mcp."""
+"""The confirmation gate's decisions (SPEC 5). Pure: no HTTP, no queries, no mcp; its words are
+`choices`' (modes, the decisions it records, a rule's verdicts)."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .choices import CallDecision, Mode, RuleDecision
+
 MODES = {
-    "confirm": "confirm",
-    "single-confirm": "confirm",
-    "auto": "auto",
-    "always-allow": "auto",
+    "confirm": Mode.CONFIRM,
+    "single-confirm": Mode.CONFIRM,
+    "auto": Mode.AUTO,
+    "always-allow": Mode.AUTO,
 }
 
 
 def normalize_mode(mode: object) -> str | None:
     """`confirm` when absent; Agenvoy's names are aliases; None for an unknown mode."""
     if mode is None or mode == "":
-        return "confirm"
+        return Mode.CONFIRM
     return MODES.get(mode) if isinstance(mode, str) else None
 
 
 @dataclass(frozen=True)
 class Decision:
     run: bool
-    reason: str  # auto, allowlist, session, grant, rule (run); ask, deny (a rule's deny: never run)
+    reason: (
+        str  # CallDecision auto, allowlist, session, grant, rule (run); RuleDecision ask, deny (never run)
+    )
     rule: str = ""  # the line of the rule that decided, if one did
 
 
@@ -42,23 +47,23 @@ def decide(
     (decision, line) of the deciding rule or None.
     """
     found = rule()
-    if found is not None and found[0] == "deny":
-        return Decision(False, "deny", found[1])
-    if found is not None and found[0] == "ask":
-        return Decision(False, "ask", found[1])
+    if found is not None and found[0] == RuleDecision.DENY:
+        return Decision(False, RuleDecision.DENY, found[1])
+    if found is not None and found[0] == RuleDecision.ASK:
+        return Decision(False, RuleDecision.ASK, found[1])
     if changed():
-        return Decision(False, "ask")
-    if found is not None and found[0] == "allow":
-        return Decision(True, "rule", found[1])
-    if mode == "auto":
-        return Decision(True, "auto")
+        return Decision(False, RuleDecision.ASK)
+    if found is not None and found[0] == RuleDecision.ALLOW:
+        return Decision(True, CallDecision.RULE, found[1])
+    if mode == Mode.AUTO:
+        return Decision(True, CallDecision.AUTO)
     if allowed():
-        return Decision(True, "allowlist")
+        return Decision(True, CallDecision.ALLOWLIST)
     if session_allowed():
-        return Decision(True, "session")
+        return Decision(True, CallDecision.SESSION)
     if granted():
-        return Decision(True, "grant")
-    return Decision(False, "ask")
+        return Decision(True, CallDecision.GRANT)
+    return Decision(False, RuleDecision.ASK)
 
 
 def denied_text(rule_line: str) -> str:

@@ -8,6 +8,8 @@ terminal when nobody decided in the console in time.
 
 from typing import TYPE_CHECKING
 
+from .choices import CallStatus
+
 if TYPE_CHECKING:  # only its fields are read: this module stays below the database layer
     from .models import ToolCall
 
@@ -51,7 +53,7 @@ def _denial(call: "ToolCall") -> str:
 def _permission_request(call: "ToolCall", timed_out: bool) -> dict:
     if timed_out:
         return {}
-    if call.status == "done":
+    if call.status == CallStatus.DONE:
         decision = {"behavior": "allow"}
     elif call.status == "aborted":
         decision = {"behavior": "deny", "message": ABORTED, "interrupt": True}
@@ -64,7 +66,7 @@ def _pre_tool_use(call: "ToolCall", wait: float, timed_out: bool) -> dict:
     out: dict = {}
     if timed_out:
         decision, reason = "ask", timed_out_text(wait)
-    elif call.status == "done":
+    elif call.status == CallStatus.DONE:
         decision, reason = "allow", f"Approved in the console by {call.decided_by or 'the console'}"
     elif call.status == "aborted":
         decision, reason = "deny", ABORTED

@@ -15,6 +15,7 @@ from django.db.models import Count
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from .choices import CallStatus
 from .models import Server, SessionAllowance, ToolCall
 
 PENDING_SHOWN = 200  # the list and the badge stop counting here ("200+")
@@ -51,7 +52,9 @@ def server_with_count(name: str) -> Server | None:
 
 def pending_calls() -> list[ToolCall]:
     """The oldest pending confirmations first, one more than shown (to say "200+")."""
-    return list(ToolCall.objects.filter(status="pending").order_by("created_at")[: PENDING_SHOWN + 1])
+    return list(
+        ToolCall.objects.filter(status=CallStatus.PENDING).order_by("created_at")[: PENDING_SHOWN + 1]
+    )
 
 
 def allowances() -> list[SessionAllowance]:
@@ -67,7 +70,7 @@ def badge_text(count: int) -> str:
 
 
 def pending_count() -> int:
-    return ToolCall.objects.filter(status="pending")[: PENDING_SHOWN + 1].count()
+    return ToolCall.objects.filter(status=CallStatus.PENDING)[: PENDING_SHOWN + 1].count()
 
 
 def pending_context(rows: list[ToolCall]) -> dict:

@@ -13,54 +13,58 @@ from django.db import models
 from django.utils import timezone
 
 from . import names
+from .choices import (
+    CALL_ENDED,
+    CallDecision,
+    CallKind,
+    CallStatus,
+    DeliveryStatus,
+    Mode,
+    ServerState,
+    TargetKind,
+    TokenRole,
+    Transport,
+    Via,
+)
 
-TRANSPORTS = [("stdio", "stdio"), ("streamable-http", "streamable-http"), ("sse", "sse")]
 SECRET_MASK = "********"
 
 
 def transport_of(config: dict) -> str | None:
     """The transport a server config asks for: an explicit `type`, else `url` over `command`."""
     kind = config.get("type")
-    if kind in ("stdio", "streamable-http", "sse"):
+    if kind in Transport.values:
         return kind
     if kind == "http":
-        return "streamable-http"
+        return Transport.STREAMABLE_HTTP
     if isinstance(config.get("url"), str) and config["url"].strip():
-        return "streamable-http"
+        return Transport.STREAMABLE_HTTP
     if isinstance(config.get("command"), str) and config["command"].strip():
-        return "stdio"
+        return Transport.STDIO
     return None
 
 
 class Server(models.Model):
     """One MCP server of `mcp.json`. `config` is its entry exactly as in the file (unknown keys
-    included); the other fields are derived from it or observed by the supervisor."""
-
-    STATES = [
-        ("connected", "connected"),
-        ("connecting", "connecting"),
-        ("error", "error"),
-        ("disabled", "disabled"),
-    ]
+    included); the other fields are derived from it or observed by the supervisor. `signature`
+    is the one record of the registered tool list's signature (SPEC 3): the supervisor compares
+    a new listing with it, the server page with the one it was rendered from."""
 
     name = models.CharField(max_length=64, unique=True)
     config = models.JSONField(default=dict)
-    transport = models.CharField(max_length=20, blank=True, default="")
+    transport = models.CharField(max_length=20, choices=Transport.choices, blank=True, default="")
     enabled = models.BooleanField(default=True)
     call_timeout = models.FloatField(null=True, blank=True)
     config_hash = models.CharField(max_length=64, default="")
     # Observed by the supervisor.
-    state = models.CharField(max_length=12, choices=STATES, default="connecting")
+    state = models.CharField(max_length=12, choices=ServerState.choices, default=ServerState.CONNECTING)
     last_error = models.TextField(blank=True, default="")
     protocol_version = models.CharField(max_length=32, blank=True, default="")
     server_info = models.JSONField(default=dict, blank=True)
     instructions = models.TextField(blank=True, default="")
     signature = models.CharField(max_length=64, blank=True, default="")
     last_refresh = models.DateTimeField(null=True, blank=True)
-    connected_at = models.DateTimeField(null=True, blank=True)
     warnings = models.JSONField(default=list, blank=True)
-    # Wanted by the web side: bumped to ask the owner for a reconnect.
-    reconnect_generation = models.PositiveIntegerField(default=0)
     # Scale-out lease: exactly one live worker owns a server's session.
     owner = models.CharField(max_length=64, blank=True, default="")
     lease_expires = models.DateTimeField(null=True, blank=True)
@@ -79,6 +83,14 @@ class Server(models.Model):
     @property
     def misconfigured(self) -> bool:
         return self.transport == ""
+
+    @property
+    def is_connected(self) -> bool:
+        return self.state == ServerState.CONNECTED
+
+    @property
+    def is_connecting(self) -> bool:
+        return self.state == ServerState.CONNECTING
 
     def masked_config(self) -> dict:
         return mask_config(self.config)
@@ -102,8 +114,8 @@ class Server(models.Model):
         return {
             "Name": self.name,
             "Transport": self.transport,
-            "Connected": self.state == "connected",
-            "Error": self.last_error if self.state != "connected" else "",
+            "Connected": self.is_connected,
+            "Error": self.last_error if not self.is_connected else "",
             "state": self.state,
             "tools": tool_count,
             "protocol": self.protocol_version,
@@ -162,7 +174,7 @@ def iso(value) -> str | None:
 
 class Tool(models.Model):
     """A tool of a connected server, registered as `mcp__<server>__<tool>`. Rows of a server are
-    replaced together when its tool-list signature changes."""
+    replaced together when its server's tool-list signature (`Server.signature`) changes."""
 
     server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="tools")
     tool_name = models.CharField(max_length=512)
@@ -173,7 +185,6 @@ class Tool(models.Model):
     annotations = models.JSONField(default=dict, blank=True)
     # The server's outputSchema, when it declared one (served again on /mcp, SPEC 13.2).
     output_schema = models.JSONField(null=True, blank=True)
-    signature = models.CharField(max_length=64, blank=True, default="")
     digest = models.CharField(max_length=64, blank=True, default="")  # definition digest (14.1)
     llm_safe = models.BooleanField(default=True)
     position = models.PositiveIntegerField(default=0)
@@ -193,7 +204,7 @@ class Tool(models.Model):
             "tool": self.tool_name,
             "llm_safe": self.llm_safe,
             # A down server's tools stay registered; agents can see they won't run now.
-            "available": self.server.state == "connected",
+            "available": self.server.is_connected,
         }
 
 
@@ -214,11 +225,8 @@ class ApiToken(models.Model):
     """A bearer token for `/v1`. Only its SHA-256 is stored; the token is shown once. Its role
     (SPEC 12) is fixed when it is made: a party that needs other rights gets a new token."""
 
-    AGENT, APPROVER, ADMIN = "agent", "approver", "admin"
-    ROLES = [(AGENT, "Agent"), (APPROVER, "Approver"), (ADMIN, "Admin")]
-
     name = models.CharField(max_length=100)
-    role = models.CharField(max_length=10, choices=ROLES, default=AGENT)
+    role = models.CharField(max_length=10, choices=TokenRole.choices, default=TokenRole.AGENT)
     token_hash = models.CharField(max_length=64, unique=True)
     hint = models.CharField(max_length=12, default="")
     may_auto = models.BooleanField(default=True)
@@ -237,9 +245,9 @@ class ApiToken(models.Model):
         return hashlib.sha256(token.encode()).hexdigest()
 
     @classmethod
-    def issue(cls, name: str, may_auto: bool = True, role: str = AGENT) -> tuple["ApiToken", str]:
+    def issue(cls, name: str, may_auto: bool = True, role: str = TokenRole.AGENT) -> tuple["ApiToken", str]:
         """Create a token; returns the row and the clear token, which is never stored."""
-        if role not in dict(cls.ROLES):
+        if role not in TokenRole.values:
             raise ValueError(f"unknown role: {role}")
         token = "agv_" + secrets.token_urlsafe(32)
         row = cls.objects.create(
@@ -266,16 +274,12 @@ def time_ordered_uuid() -> uuid.UUID:
 
 class ToolCall(models.Model):
     """One tool call by an agent, from request through the gate to its result. A call waiting
-    for a person (status `pending`) is the pending confirmation: `confirm_id` names it."""
-
-    ENDED = ("done", "error", "skipped", "expired", "aborted", "cancelled", "interrupted")
-    STATUSES = [(s, s) for s in ("pending", "running", *ENDED)]
-    # A permission prompt (SPEC 13.5) asks about an agent's own tool: never run on a server.
-    TOOL_CONFIRM, PERMISSION_PROMPT = "tool_confirm", "permission_prompt"
-    KINDS = [(TOOL_CONFIRM, TOOL_CONFIRM), (PERMISSION_PROMPT, PERMISSION_PROMPT)]
+    for a person (status `pending`) is the pending confirmation: `confirm_id` names it. Its
+    statuses, kinds, decisions and doors are in `choices`."""
 
     id = models.UUIDField(primary_key=True, default=time_ordered_uuid, editable=False)
-    kind = models.CharField(max_length=20, choices=KINDS, default=TOOL_CONFIRM)
+    # A permission prompt (SPEC 13.5) asks about an agent's own tool: never run on a server.
+    kind = models.CharField(max_length=20, choices=CallKind.choices, default=CallKind.TOOL_CONFIRM)
     # Unique among confirmations (see Meta); calls that run at once have none.
     confirm_id = models.UUIDField(null=True, blank=True)
     session_id = models.CharField(max_length=200, db_index=True)
@@ -283,12 +287,12 @@ class ToolCall(models.Model):
     server_name = models.CharField(max_length=64, db_index=True)
     tool = models.CharField(max_length=512)
     arguments = models.JSONField(default=dict)
-    mode = models.CharField(max_length=10, default="confirm")
+    mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.CONFIRM)
     token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL)
     requested_by = models.CharField(max_length=150, blank=True, default="")
     # Indexed through (status, expires_at), which serves lookups by status alone too.
-    status = models.CharField(max_length=12, choices=STATUSES, default="pending")
-    decision = models.CharField(max_length=20, blank=True, default="")
+    status = models.CharField(max_length=12, choices=CallStatus.choices, default=CallStatus.PENDING)
+    decision = models.CharField(max_length=20, choices=CallDecision.choices, blank=True, default="")
     decided_by = models.CharField(max_length=150, blank=True, default="")
     decided_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True, default="")
@@ -297,7 +301,6 @@ class ToolCall(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     worker = models.CharField(max_length=64, blank=True, default="")
-    attempts = models.PositiveSmallIntegerField(default=0)
     result = models.TextField(blank=True, default="")
     is_error = models.BooleanField(default=False)
     truncated = models.BooleanField(default=False)
@@ -310,9 +313,9 @@ class ToolCall(models.Model):
     # How far the notifier (notify.py) has told notification targets about this confirmation:
     # 0 nothing yet, 1 that it is pending, 2 that it ended too (or nothing to tell).
     notified = models.PositiveSmallIntegerField(default=0)
-    # Which door the call came in by: `rest` (/v1/mcp/call), `mcp` (the /mcp endpoints) or
-    # `hook` (Claude Code's HTTP hooks, SPEC 17.1).
-    via = models.CharField(max_length=4, default="rest")
+    # Which door the call came in by: `rest` (/v1/mcp/call, and a page's try-it), `mcp` (the
+    # /mcp endpoints) or `hook` (Claude Code's HTTP hooks, SPEC 17.1).
+    via = models.CharField(max_length=4, choices=Via.choices, default=Via.REST)
     # The agent's working directory, as a Claude Code hook gave it (SPEC 17.1).
     cwd = models.CharField(max_length=1000, blank=True, default="")
     # For via=mcp: the upstream CallToolResult as wire JSON, when at most AGENVOY_RESULT_CAP
@@ -345,11 +348,15 @@ class ToolCall(models.Model):
 
     @property
     def ended(self) -> bool:
-        return self.status in self.ENDED
+        return self.status in CALL_ENDED
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == CallStatus.PENDING
 
     @property
     def is_permission_prompt(self) -> bool:
-        return self.kind == self.PERMISSION_PROMPT
+        return self.kind == CallKind.PERMISSION_PROMPT
 
     @property
     def duration(self) -> float | None:
@@ -367,7 +374,7 @@ class ToolCall(models.Model):
         if self.ended:
             body["result"] = self.result
             body["is_error"] = self.is_error
-            if self.status == "aborted":
+            if self.status == CallStatus.ABORTED:
                 body["abort"] = True
         else:
             body["confirm_id"] = str(self.confirm_id) if self.confirm_id else None
@@ -435,7 +442,6 @@ class Worker(models.Model):
     name = models.CharField(max_length=64, unique=True)
     channel = models.CharField(max_length=200)
     heartbeat = models.DateTimeField(default=timezone.now)
-    started_at = models.DateTimeField(default=timezone.now)
 
 
 class FileState(models.Model):
@@ -461,7 +467,7 @@ class PermissionGrant(models.Model):
     A grant applies to calls of its own kind only; revoking the token ends its grants."""
 
     token = models.ForeignKey(ApiToken, on_delete=models.CASCADE, related_name="permission_grants")
-    kind = models.CharField(max_length=20, default="permission_prompt")  # a ToolCall kind
+    kind = models.CharField(max_length=20, choices=CallKind.choices, default=CallKind.PERMISSION_PROMPT)
     tool_name = models.CharField(max_length=700)
     granted_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
@@ -522,9 +528,7 @@ class NotificationTarget(models.Model):
     """Where the console tells people about confirmations: a Standard Webhooks endpoint, signed
     with `secret` (`whsec_<base64>`, shown once when made), or an ntfy topic URL."""
 
-    KINDS = [("webhook", "webhook"), ("ntfy", "ntfy")]
-
-    kind = models.CharField(max_length=10, choices=KINDS)
+    kind = models.CharField(max_length=10, choices=TargetKind.choices)
     url = models.URLField(max_length=2000)
     # Kept in clear: signing needs it. Never shown again after the page that made it.
     secret = models.CharField(max_length=200, blank=True, default="")
@@ -547,15 +551,13 @@ class Delivery(models.Model):
     """One message to one target, sent (and retried) by the notifier in the background. The
     body is stored as sent, so every retry carries the same bytes and the same `message_id`."""
 
-    STATUSES = [("pending", "pending"), ("sent", "sent"), ("failed", "failed")]
-
     target = models.ForeignKey(NotificationTarget, on_delete=models.CASCADE, related_name="deliveries")
     event_type = models.CharField(max_length=40)
     message_id = models.CharField(max_length=64, unique=True)
     body = models.TextField()
     attempts = models.PositiveSmallIntegerField(default=0)
     next_attempt_at = models.DateTimeField(default=timezone.now)
-    status = models.CharField(max_length=10, choices=STATUSES, default="pending")
+    status = models.CharField(max_length=10, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
@@ -567,6 +569,17 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} to {self.target_id} ({self.status})"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == DeliveryStatus.PENDING
+
+    @property
+    def badge(self) -> str:
+        """The status badge it shares with calls: sent looks done, failed looks like an error."""
+        return {DeliveryStatus.SENT: CallStatus.DONE, DeliveryStatus.FAILED: CallStatus.ERROR}.get(
+            self.status, CallStatus.PENDING
+        )
 
 
 # --- cache generation (issue 11) ----------------------------------------------------------------

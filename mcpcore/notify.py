@@ -30,6 +30,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from . import db, onetap
+from .choices import CallKind, CallStatus, DeliveryStatus, TargetKind
 from .models import Delivery, NotificationTarget, ToolCall, iso
 
 log = logging.getLogger("mcpcore.notify")
@@ -123,7 +124,7 @@ def ntfy_request(event: dict) -> tuple[str, dict[str, str]]:
     headers = {"Title": _header(f"Approval needed: {tool}"), "Click": data["url"], "Tags": "lock"}
     if data.get("approve_url") and data.get("deny_url"):
         headers["Actions"] = ntfy_actions(data["approve_url"], data["deny_url"])
-    if data.get("kind") == ToolCall.PERMISSION_PROMPT:
+    if data.get("kind") == CallKind.PERMISSION_PROMPT:
         return f"{tool} is waiting for approval", headers
     return f"{tool} on {server} is waiting for approval", headers
 
@@ -157,7 +158,7 @@ def retry_delay(attempts: int, scale: float = 1.0) -> float | None:
 
 def add_target(kind: str, url: str, created_by: str = "") -> tuple[NotificationTarget, str]:
     """A new target; returns it and its secret (webhooks), which is shown once."""
-    secret = new_secret() if kind == "webhook" else ""
+    secret = new_secret() if kind == TargetKind.WEBHOOK else ""
     target = NotificationTarget.objects.create(kind=kind, url=url, secret=secret, created_by=created_by)
     return target, secret
 
@@ -193,7 +194,7 @@ def _events_for(
         links = action_links(base, call.confirm_id, target.pk)
         data = event_data(call.to_pending(), call.server_name, url, actions=links)
         out.append((PENDING, payload(PENDING, now, data)))
-    if call.status != "pending":
+    if call.status != CallStatus.PENDING:
         ended = {"status": call.status, "decision": call.decision, "decided_by": call.decided_by}
         data = event_data(call.to_pending(), call.server_name, url, ended)
         out.append((RESOLVED, payload(RESOLVED, now, data)))
@@ -206,7 +207,7 @@ def enqueue(limit: int = 200) -> int:
     both events, in order."""
     news = (
         ToolCall.objects.filter(confirm_id__isnull=False, notified__lt=TOLD_ALL)
-        .filter(Q(notified=TOLD_NOTHING) | ~Q(status="pending"))
+        .filter(Q(notified=TOLD_NOTHING) | ~Q(status=CallStatus.PENDING))
         .order_by("created_at")[:limit]
     )
     rows = list(news)
@@ -216,7 +217,7 @@ def enqueue(limit: int = 200) -> int:
     base, claimed = settings.AGENVOY_PUBLIC_URL, 0
     for call in rows:
         now = timezone.now()
-        told = TOLD_ALL if call.status != "pending" else TOLD_PENDING
+        told = TOLD_ALL if call.status != CallStatus.PENDING else TOLD_PENDING
         with transaction.atomic():
             if ToolCall.objects.filter(id=call.id, notified=call.notified).update(notified=told) != 1:
                 continue  # another process told it
@@ -234,7 +235,7 @@ def enqueue(limit: int = 200) -> int:
                 for kind, body in _events_for(call, base, now, t)
                 # ntfy is for people: it hears of confirmations that wait, not of their end
                 # (nor of one that already ended).
-                if t.kind == "webhook" or (kind == PENDING and call.status == "pending")
+                if t.kind == TargetKind.WEBHOOK or (kind == PENDING and call.status == CallStatus.PENDING)
             )
     return claimed
 
@@ -242,7 +243,9 @@ def enqueue(limit: int = 200) -> int:
 def prune(days: int = KEEP_DAYS) -> int:
     """Forget sent and failed deliveries older than `days` (pending ones are still owed)."""
     cutoff = timezone.now() - datetime.timedelta(days=days)
-    deleted, _ = Delivery.objects.filter(status__in=("sent", "failed"), created_at__lt=cutoff).delete()
+    deleted, _ = Delivery.objects.filter(
+        status__in=(DeliveryStatus.SENT, DeliveryStatus.FAILED), created_at__lt=cutoff
+    ).delete()
     return deleted
 
 
@@ -253,13 +256,13 @@ def claim_due(limit: int) -> list[Delivery]:
     """Claim up to `limit` due deliveries: each one moved out of reach for CLAIM_SECONDS by a
     conditional update, so exactly one process makes each attempt."""
     now = timezone.now()
-    due = Delivery.objects.filter(status="pending", next_attempt_at__lte=now).order_by(
+    due = Delivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now).order_by(
         "next_attempt_at", "id"
     )
     claimed = [
         pk
         for pk, when in due.values_list("id", "next_attempt_at")[:limit]
-        if Delivery.objects.filter(id=pk, status="pending", next_attempt_at=when).update(
+        if Delivery.objects.filter(id=pk, status=DeliveryStatus.PENDING, next_attempt_at=when).update(
             next_attempt_at=now + datetime.timedelta(seconds=CLAIM_SECONDS), attempts=F("attempts") + 1
         )
         == 1
@@ -272,21 +275,25 @@ def record(delivery: Delivery, code: int | None, error: str) -> str:
     now = timezone.now()
     fields = {"last_status_code": code, "last_error": error[:1000], "last_attempt_at": now}
     if code is not None and 200 <= code < 300:
-        fields.update(status="sent", last_error="")
+        fields.update(status=DeliveryStatus.SENT, last_error="")
     else:
         delay = retry_delay(delivery.attempts, settings.AGENVOY_WEBHOOK_RETRY_SCALE)
         if delay is None:
-            fields["status"] = "failed"
+            fields["status"] = DeliveryStatus.FAILED
         else:
-            fields.update(status="pending", next_attempt_at=now + datetime.timedelta(seconds=delay))
-    Delivery.objects.filter(id=delivery.id, attempts=delivery.attempts, status="pending").update(**fields)
+            fields.update(
+                status=DeliveryStatus.PENDING, next_attempt_at=now + datetime.timedelta(seconds=delay)
+            )
+    Delivery.objects.filter(id=delivery.id, attempts=delivery.attempts, status=DeliveryStatus.PENDING).update(
+        **fields
+    )
     return fields["status"]
 
 
 async def attempt(http: httpx2.AsyncClient, delivery: Delivery) -> tuple[int | None, str]:
     """POST one delivery to its target; (status code or None, error text)."""
     target = delivery.target
-    if target.kind == "webhook":
+    if target.kind == TargetKind.WEBHOOK:
         headers = webhook_headers(target.secret, delivery.message_id, int(time.time()), delivery.body)
         content = delivery.body.encode()
     else:
@@ -310,7 +317,7 @@ async def _send(http: httpx2.AsyncClient, batch: list[Delivery]) -> None:
         for delivery in batch:
             code, error = await attempt(http, delivery)
             status = await db.run(record, delivery, code, error)
-            if status != "sent":
+            if status != DeliveryStatus.SENT:
                 log.info("delivery %s to target %s: %s (%s)", delivery.id, delivery.target_id, error, status)
     except Exception:
         log.exception("sending deliveries failed")  # the claims run out; they are tried again

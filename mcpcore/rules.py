@@ -18,8 +18,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-DECISIONS = ("deny", "ask", "allow")  # in the order they win
-_RANK = {d: i for i, d in enumerate(DECISIONS)}
+from .choices import RuleDecision
+
+_RANK = {d.value: i for i, d in enumerate(RuleDecision)}  # declared in the order they win
 _ABSENT = object()
 # Arguments are split at a comma that is followed by `<arg>:`; an argument name holds no space,
 # quote, bracket, brace, comma, colon or parenthesis, so a JSON glob (`{"a":1,"b":*}`) stays whole.

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from . import control, files
+from .choices import Transport
 from .models import SecretsMustBeReentered, unmask_config
 
 KNOWN_KEYS = {"command", "args", "env", "url", "headers", "type", "disabled", "timeout"}
@@ -33,10 +34,10 @@ def clean_config(config: dict) -> dict:
             and all(isinstance(k, str) and isinstance(v, str) for k, v in config[key].items())
         ):
             raise ServerConfigError(f"server.{key} must be an object of strings")
-    if "type" in config and config["type"] not in ("stdio", "streamable-http", "sse", "http"):
+    if "type" in config and config["type"] not in (*Transport.values, "http"):
         raise ServerConfigError("server.type must be stdio, streamable-http or sse")
     if config.get("type") == "http":
-        config = {**config, "type": "streamable-http"}
+        config = {**config, "type": Transport.STREAMABLE_HTTP}
     if "disabled" in config and not isinstance(config["disabled"], bool):
         raise ServerConfigError("server.disabled must be true or false")
     if "timeout" in config and not (

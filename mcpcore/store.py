@@ -13,11 +13,11 @@ import functools
 from django.db import connections, models
 
 from . import db
+from .choices import CALL_LIVE
 from .models import ToolCall
 
 _FIELDS = ToolCall._meta.concrete_fields
 _BY_NAME = {f.name: f for f in _FIELDS} | {f.attname: f for f in _FIELDS}
-_LIVE = ("pending", "running")
 # Fields whose get_db_prep_save returns a value of these types as it is.
 _PLAIN = {
     models.CharField: (str,),
@@ -62,7 +62,7 @@ def _end_sql(names: tuple[str, ...]) -> str:
     sets = ", ".join(f"{qn(_BY_NAME[n].column)} = %s" for n in names)
     return (
         f"UPDATE {qn(ToolCall._meta.db_table)} SET {sets} "
-        f"WHERE {qn('id')} = %s AND {qn('status')} IN (%s, %s)"
+        f"WHERE {qn('id')} = %s AND {qn('status')} IN ({', '.join(['%s'] * len(CALL_LIVE))})"
     )
 
 
@@ -75,8 +75,11 @@ def _backend():
 
 
 def _prep(field, value):
-    if value is None or type(value) in _PLAIN.get(type(field), ()):
+    plain = _PLAIN.get(type(field), ())
+    if value is None or type(value) in plain:
         return value
+    if str in plain and isinstance(value, str):  # a `choices` member: its value is the text
+        return str(value)
     return field.get_db_prep_save(value, _backend())
 
 
@@ -92,6 +95,6 @@ def end(call_id, fields: dict) -> bool:
     """Write `fields` onto the call if it is still pending or running; whether it was."""
     names = tuple(sorted(fields))
     params = [_prep(_BY_NAME[n], fields[n]) for n in names]
-    params += [_prep(_BY_NAME["id"], call_id), *_LIVE]
+    params += [_prep(_BY_NAME["id"], call_id), *sorted(CALL_LIVE)]
     changed, _ = db.sql(_end_sql(names), params)
     return changed == 1

@@ -35,6 +35,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from . import allowlist, calls, control, files, live, notify, onetap, rules, serverconfig
+from .choices import CallDecision, CallStatus, ServerState, TargetKind, TokenRole
 from .forms import (
     HistoryFilter,
     ImportForm,
@@ -443,7 +444,7 @@ def server_reconnect(request: HttpRequest, name: str | None = None) -> HttpRespo
     outcome = async_to_sync(control.reconnect)(name)
     if outcome is None:
         raise Http404("server not found")
-    ok = all(o == "connected" for o in outcome.values())
+    ok = all(o == ServerState.CONNECTED for o in outcome.values())
     (messages.success if ok else messages.warning)(request, _reconnect_message(outcome))
     if request.htmx:
         return _fragment(request, "mcpcore/server_list.html#server-rows", {"servers": live.server_rows()})
@@ -554,7 +555,7 @@ async def _submit_and_wait(call: ToolCall) -> ToolCall:
     """The call path's last two steps for try-it: a running call is shown once it ended (or
     as it is after TRY_WAIT), a pending one at once."""
     await calls.submit(call)
-    return await calls.wait(call, TRY_WAIT if call.status == "running" else 0)
+    return await calls.wait(call, TRY_WAIT if call.status == CallStatus.RUNNING else 0)
 
 
 # --- pending confirmations --------------------------------------------------------------------
@@ -607,11 +608,11 @@ def pending_reply(request: HttpRequest, confirm_id: str) -> HttpResponse:
 
 def _reply_message(call: ToolCall) -> str:
     said = {
-        "approve": "Approved",
-        "remember": "Approved and remembered",
-        "session": f"Approved for session {call.session_id}",
-        "grant": "Approved for 1 hour",
-        "deny": "Denied",
+        CallDecision.APPROVE: "Approved",
+        CallDecision.REMEMBER: "Approved and remembered",
+        CallDecision.SESSION: f"Approved for session {call.session_id}",
+        CallDecision.GRANT: "Approved for 1 hour",
+        CallDecision.DENY: "Denied",
     }.get(call.decision, call.decision)
     return f"{said}: {call.tool_name}."
 
@@ -779,7 +780,7 @@ def token_create(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _tokens_page(request, form, None, status=400)
     data = form.cleaned_data
-    row, token = ApiToken.issue(data["name"].strip(), data["may_auto"], data["role"] or ApiToken.AGENT)
+    row, token = ApiToken.issue(data["name"].strip(), data["may_auto"], data["role"] or TokenRole.AGENT)
     return _tokens_page(request, TokenForm(), {"row": row, "token": token, "config": client_config(token)})
 
 
@@ -956,13 +957,13 @@ def _ending(call: ToolCall) -> str:
     at = f" at {when.astimezone(datetime.UTC):%Y-%m-%d %H:%M:%S} UTC" if when else ""
     who = call.decided_by or "someone"
     said = {
-        "approve": f"Approved by {who}{at}.",
-        "remember": f"Approved and remembered by {who}{at}.",
-        "session": f"Approved for session {call.session_id} by {who}{at}.",
-        "grant": f"Approved by {who}{at}, with later calls of {call.tool_name} allowed for a while.",
-        "deny": f"Denied by {who}{at}." + (f" Reason: {call.reason}" if call.reason else ""),
-        "abort": f"Stopped by {who}{at}: the agent was told to stop.",
-        "expired": f"Expired{at}: nobody answered in time.",
+        CallDecision.APPROVE: f"Approved by {who}{at}.",
+        CallDecision.REMEMBER: f"Approved and remembered by {who}{at}.",
+        CallDecision.SESSION: f"Approved for session {call.session_id} by {who}{at}.",
+        CallDecision.GRANT: f"Approved by {who}{at}, with later calls of {call.tool_name} allowed for a while.",
+        CallDecision.DENY: f"Denied by {who}{at}." + (f" Reason: {call.reason}" if call.reason else ""),
+        CallDecision.ABORT: f"Stopped by {who}{at}: the agent was told to stop.",
+        CallDecision.EXPIRED: f"Expired{at}: nobody answered in time.",
     }.get(call.decision)
     if said is None:
         ended = f" at {call.ended_at.astimezone(datetime.UTC):%Y-%m-%d %H:%M:%S} UTC" if call.ended_at else ""
@@ -975,7 +976,7 @@ def _ending(call: ToolCall) -> str:
 
 
 def _confirmation_context(call: ToolCall) -> dict:
-    pending = call.status == "pending"
+    pending = call.status == CallStatus.PENDING
     return {
         "call": call,
         "item": live.pending_context([call])["pending_items"][0] if pending else None,
@@ -1037,7 +1038,13 @@ def _targets_context() -> dict:
 def _notifications_page(
     request: HttpRequest, form: dict, new: dict | None, status: int = 200
 ) -> HttpResponse:
-    context = {**_targets_context(), "form": form, "new": new, "public_url": settings.AGENVOY_PUBLIC_URL}
+    context = {
+        **_targets_context(),
+        "form": form,
+        "new": new,
+        "public_url": settings.AGENVOY_PUBLIC_URL,
+        "target_kinds": list(TargetKind),
+    }
     response = render(request, "mcpcore/notification_list.html", context, status=status)
     response["Cache-Control"] = "no-store"  # a new target's secret is on it once
     return response
@@ -1052,11 +1059,11 @@ def notifications(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         if request.htmx:
             return render(request, "mcpcore/notification_list.html#notification-targets", _targets_context())
-        return _notifications_page(request, {"kind": "webhook", "url": "", "error": ""}, None)
+        return _notifications_page(request, {"kind": TargetKind.WEBHOOK, "url": "", "error": ""}, None)
     kind = request.POST.get("kind", "")
     url = request.POST.get("url", "").strip()
     form = {"kind": kind, "url": url, "error": ""}
-    if kind not in ("webhook", "ntfy"):
+    if kind not in TargetKind.values:
         form["error"] = "Choose a kind: webhook or ntfy."
     else:
         try:
@@ -1116,7 +1123,7 @@ def _one_tap_call(token: str) -> tuple["onetap.Action", ToolCall, NotificationTa
     action = onetap.read(settings.SECRET_KEY, token)
     if action is None:
         return None
-    call = ToolCall.objects.filter(confirm_id=action.confirm_id, status="pending").first()
+    call = ToolCall.objects.filter(confirm_id=action.confirm_id, status=CallStatus.PENDING).first()
     target = NotificationTarget.objects.filter(pk=action.target_id).first()
     if call is None or target is None or (call.expires_at and call.expires_at <= timezone.now()):
         return None

@@ -27,9 +27,10 @@ def agenvoy_home(settings, tmp_path) -> Path:
 @pytest.fixture
 def api_token(db) -> str:
     """An admin token: the tests of the routes themselves run with every right (SPEC 12)."""
+    from mcpcore.choices import TokenRole
     from mcpcore.models import ApiToken
 
-    _, token = ApiToken.issue("test", role=ApiToken.ADMIN)
+    _, token = ApiToken.issue("test", role=TokenRole.ADMIN)
     return token
 
 

@@ -17,6 +17,7 @@ import pytest
 from django.test import Client
 
 from mcpcore import calls
+from mcpcore.choices import CallKind
 from mcpcore.models import ApiToken, PermissionGrant, ToolCall
 from tests.live import Console, our_server, wait_until
 
@@ -310,7 +311,7 @@ def test_it_refuses_more_pending_prompts_than_the_tokens_limit(token, agenvoy_ho
 
 
 def test_it_answers_allow_at_once_under_a_grant_of_the_token_and_records_via_hook(token, agenvoy_home):
-    calls.grant(token[0], ToolCall.PERMISSION_PROMPT, "Bash", "op", 3600)
+    calls.grant(token[0], CallKind.PERMISSION_PROMPT, "Bash", "op", 3600)
     r = post(token[1], PERMISSION_REQUEST, "?wait=600")
     assert r.json() == {
         "hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}

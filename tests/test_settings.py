@@ -28,6 +28,18 @@ BAD = [
     ("AGENVOY_PUBLIC_URL", "ftp://console.example"),
     ("DJANGO_SECURE_PROXY_SSL_HEADER", "X Forwarded"),
     ("DJANGO_CSRF_TRUSTED_ORIGINS", "console.example"),
+    ("AGENVOY_LOG_LEVEL", "bogus"),
+    ("AGENVOY_LEASE_SECONDS", "soon"),
+    ("AGENVOY_PING_SECONDS", "0"),
+    ("AGENVOY_HISTORY_MAX_BYTES", "-5"),
+    ("AGENVOY_WEBHOOK_RETRY_SCALE", "2"),
+    ("DJANGO_ALLOWED_HOSTS", "https://console.example/"),
+    ("DATABASE_URL", "nosuchdb://host/name"),
+    ("DATABASE_URL", "postgres://"),
+    ("REDIS_URL", "http://127.0.0.1:6379"),
+    # A file where a folder belongs: `{file}` becomes a plain file in the case's folder.
+    ("AGENVOY_DATA_DIR", "{file}"),
+    ("AGENVOY_HOME", "{file}"),
 ]
 GOOD = {
     "AGENVOY_POLL_SECONDS": "1.5",
@@ -41,6 +53,12 @@ GOOD = {
     "AGENVOY_PUBLIC_URL": "https://console.example/",
     "DJANGO_SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto",
     "DJANGO_CSRF_TRUSTED_ORIGINS": "https://console.example,https://other.example:8443",
+    "AGENVOY_LOG_LEVEL": "debug",
+    "AGENVOY_LEASE_SECONDS": "5",
+    "AGENVOY_PING_SECONDS": "2.5",
+    "AGENVOY_HISTORY_MAX_BYTES": "1000",
+    "AGENVOY_WEBHOOK_RETRY_SCALE": "0.5",
+    "DJANGO_ALLOWED_HOSTS": "console.example,.example.org,[::1]",
 }
 
 
@@ -63,7 +81,8 @@ def _check_processes(tmp_path: Path, cases: dict[str, dict]) -> dict[str, subpro
     for key, extra in cases.items():
         folder = tmp_path / key
         folder.mkdir()
-        env = _clean_env(folder) | extra
+        (folder / "a-file").write_text("")
+        env = _clean_env(folder) | {k: v.replace("{file}", str(folder / "a-file")) for k, v in extra.items()}
         procs[key] = subprocess.Popen(
             [PYTHON, "manage.py", "check"],
             cwd=ROOT,

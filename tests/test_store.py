@@ -28,7 +28,6 @@ def _fields(token: ApiToken | None) -> dict:
         "status": "running",
         "decided_at": WHEN,
         "started_at": WHEN,
-        "attempts": 1,
         "definition_changed": True,
         "via": "mcp",
     }

@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from .. import cache, db
+from ..choices import TokenRole
 from ..models import ApiToken, ToolCall
 
 log = logging.getLogger("mcpcore.api")
@@ -81,7 +82,7 @@ def json_body(request: HttpRequest) -> dict:
 
 # --- rights (SPEC 12.1) ------------------------------------------------------------------------
 
-AGENT, APPROVER, ADMIN = ApiToken.AGENT, ApiToken.APPROVER, ApiToken.ADMIN
+AGENT, APPROVER, ADMIN = TokenRole.AGENT, TokenRole.APPROVER, TokenRole.ADMIN
 ALL_ROLES = frozenset({AGENT, APPROVER, ADMIN})
 
 

@@ -8,6 +8,7 @@ from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
 from .. import allowlist, control, files, names, serverconfig
+from ..choices import CallStatus
 from ..models import Server, Tool, mask_config
 from .auth import ApiError, api_view, json_body, reply_refusal, visible_calls
 
@@ -233,7 +234,9 @@ async def mcp_call_cancel(request: HttpRequest, call_id: str) -> JsonResponse:
 def pending(request: HttpRequest) -> JsonResponse:
     from ..models import ToolCall
 
-    rows = visible_calls(request.api_token, ToolCall.objects.filter(status="pending")).order_by("created_at")
+    rows = visible_calls(request.api_token, ToolCall.objects.filter(status=CallStatus.PENDING)).order_by(
+        "created_at"
+    )
     return JsonResponse({"pending": [c.to_pending() for c in rows]})
 
 

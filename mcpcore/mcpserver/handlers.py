@@ -19,6 +19,7 @@ from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import calls, db, names
+from ..choices import CallStatus, Mode, ServerState, Via
 from ..models import ApiToken, Server, Tool, ToolCall
 from ..supervisor.registry import instructions_block
 
@@ -63,7 +64,7 @@ def view_tools(view: str, connected_only: bool = True) -> list[Tool]:
     if view:
         rows = rows.filter(server__name=view)
     if connected_only:
-        rows = rows.filter(server__enabled=True, server__state="connected")
+        rows = rows.filter(server__enabled=True, server__state=ServerState.CONNECTED)
     return list(rows.order_by("server__name", "position", "tool_name"))
 
 
@@ -178,7 +179,7 @@ def _create(token, view: str, name: str, arguments: dict, session_id: str) -> To
     registered = registered_of(view, name)
     if registered is not None:
         try:
-            return calls.create(token, "", registered, arguments, session_id, "confirm", via="mcp")
+            return calls.create(token, "", registered, arguments, session_id, Mode.CONFIRM, via=Via.MCP)
         except calls.CallError as exc:
             if exc.status != 404:
                 raise
@@ -186,7 +187,7 @@ def _create(token, view: str, name: str, arguments: dict, session_id: str) -> To
     tool = find_tool(view, name)
     if tool is None or tool.registered_name == registered:
         raise calls.CallError(f"unknown tool: {name}", 404)
-    return calls.create(token, "", tool.registered_name, arguments, session_id, "confirm", via="mcp")
+    return calls.create(token, "", tool.registered_name, arguments, session_id, Mode.CONFIRM, via=Via.MCP)
 
 
 def _declares_output(registered: str) -> bool:
@@ -197,9 +198,9 @@ def _declares_output(registered: str) -> bool:
 
 async def call_result(call: ToolCall) -> dict:
     """The upstream result as it was when it fit under the cap; else the converted string."""
-    if call.status in ("done", "error") and call.native_result is not None:
+    if call.status in (CallStatus.DONE, CallStatus.ERROR) and call.native_result is not None:
         return call.native_result
-    if call.status == "done":
+    if call.status == CallStatus.DONE:
         # Cut to the cap: a tool with an outputSchema can no longer satisfy it, and clients
         # validate structured content unless the result is an error.
         return text_result(call.result, call.is_error or await db.run(_declares_output, call.tool_name))

@@ -42,7 +42,6 @@ class Supervisor:
         self.channel = f"mcp-worker.{self.name}"
         self.sessions: dict[str, ServerSession] = {}
         self.calls: dict[str, asyncio.Task] = {}
-        self._signatures: dict[str, str] = {}
         self._known: dict[str, str] | None = None
         self._rescan = asyncio.Event()
         self._stop = asyncio.Event()
@@ -165,14 +164,6 @@ class Supervisor:
 
             await get_channel_layer().send(reply, {"type": "reconnect.done", "servers": outcome})
 
-    # --- signatures (in memory: an unchanged poll writes nothing) ---------------------------
-
-    def known_signature(self, name: str) -> str | None:
-        return self._signatures.get(name)
-
-    def remember_signature(self, name: str, sig: str) -> None:
-        self._signatures[name] = sig
-
     # --- the loop ----------------------------------------------------------------------------
 
     async def _loop(self) -> None:
@@ -203,7 +194,6 @@ class Supervisor:
         for name in list(self.sessions):
             if name not in owned:
                 session = self.sessions.pop(name)
-                self._signatures.pop(name, None)
                 await session.stop()
         for name in owned:
             session = self.sessions.get(name)
@@ -213,7 +203,6 @@ class Supervisor:
                 session.start()
             elif session.config_hash != wanted_config[name] or (changed and name in changed):
                 session.config_hash = wanted_config[name]
-                self._signatures.pop(name, None)
                 session.reconnect()
         expired = await db.run(calls.expire_due)
         for call_id in expired:
@@ -221,9 +210,10 @@ class Supervisor:
         for call_id in await db.run(calls.unstarted_for, list(owned)):
             self.pick_up(call_id)
 
-    def _leases(self) -> tuple[set[str], dict[str, str]]:
-        """Renew our leases, take free or expired ones (a fair share when others are alive),
-        give up the ones of removed servers. Claims are conditional updates.
+    def _leases(self) -> tuple[set[str], dict[str, str], int, dict[str, str]]:
+        """Renew our leases and take free or expired ones (a fair share when others are alive).
+        Claims are conditional updates. Returns the servers held, their config hashes, the fair
+        share, and every server's config hash.
 
         The only supervisor (embedded `serve`) has no one to share with: it writes nothing
         here on an ordinary tick, only when it takes a new server.
@@ -275,7 +265,6 @@ class Supervisor:
             session = self.sessions.pop(name, None)
             if session is not None:
                 await session.stop()
-            self._signatures.pop(name, None)
             await db.run(
                 Server.objects.filter(name=name, owner=self.name).update, owner="", lease_expires=None
             )

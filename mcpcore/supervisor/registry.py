@@ -87,6 +87,11 @@ def definition_digest(name: str, description: str, schema: object) -> str:
     return h.hexdigest()
 
 
+def is_registered(server_name: str, sig: str) -> bool:
+    """Whether the server's registered tools are the list of this signature already."""
+    return Server.objects.filter(name=server_name, signature=sig).exists()
+
+
 def replace_tools(server_name: str, rows: list[dict], sig: str, warnings: list[str]) -> bool:
     """Replace all of a server's tools in one transaction; False when the server is gone.
     Trusted tools seen for the first time (under a whole-server grant) are pinned here."""
@@ -106,7 +111,6 @@ def replace_tools(server_name: str, rows: list[dict], sig: str, warnings: list[s
                     input_schema=r["input_schema"],
                     annotations=r["annotations"],
                     output_schema=r["output_schema"],
-                    signature=sig,
                     llm_safe=r["llm_safe"],
                     digest=r.get("digest", ""),
                     position=i,

@@ -9,6 +9,7 @@ import anyio
 from django.conf import settings
 
 from .. import calls, control, db, gate, results
+from ..choices import CallStatus, Via
 from ..models import ToolCall
 from .session import describe, is_session_lost
 
@@ -33,7 +34,9 @@ async def run_claimed(sup, call: ToolCall) -> ToolCall | None:
         status, text, extra = await _execute(sup, call)
     except asyncio.CancelledError:
         stopping = sup._stop.is_set()
-        status, text = ("interrupted", calls.INTERRUPTED) if stopping else ("cancelled", "cancelled")
+        status, text = (
+            (CallStatus.INTERRUPTED, calls.INTERRUPTED) if stopping else (CallStatus.CANCELLED, "cancelled")
+        )
         await db.write(calls.finish, call.id, status, text, is_error=stopping)
         await calls.announce(call_id, pending=False)
         raise
@@ -41,7 +44,7 @@ async def run_claimed(sup, call: ToolCall) -> ToolCall | None:
         session = sup.sessions.get(call.server_name)
         problem = session.describe(exc) if session is not None else describe(exc)
         log.warning("call %s (%s) failed: %s", call_id, call.tool_name, problem)
-        status, text, extra = "error", f"tool error: {problem}", {"is_error": True}
+        status, text, extra = CallStatus.ERROR, f"tool error: {problem}", {"is_error": True}
     stored = await db.write(calls.finish_call, call, status, text, **extra)
     await calls.announce(call_id, pending=False)
     return stored
@@ -51,7 +54,7 @@ async def _execute(sup, call: ToolCall) -> tuple[str, str, dict]:
     session = sup.sessions.get(call.server_name)
     if session is None:
         return (
-            "error",
+            CallStatus.ERROR,
             f"server {call.server_name} is not connected: not held by this worker",
             {"is_error": True},
         )
@@ -68,11 +71,15 @@ async def _attempts(session, call: ToolCall, timeout: float) -> tuple[str, str, 
         client = await session.wait_ready(settings.AGENVOY_CONNECT_TIMEOUT)
         if client is None:
             reason = session.error or "still connecting"
-            return "error", f"server {call.server_name} is not connected: {reason}", {"is_error": True}
+            return (
+                CallStatus.ERROR,
+                f"server {call.server_name} is not connected: {reason}",
+                {"is_error": True},
+            )
         try:
             result = await _call(client, call, timeout)
         except CallTimeout:
-            return "error", gate.timeout_text(call.tool_name, timeout), {"is_error": True}
+            return CallStatus.ERROR, gate.timeout_text(call.tool_name, timeout), {"is_error": True}
         except Exception as exc:
             if attempt == 1 and is_session_lost(exc):
                 log.info("call %s: session of %s lost, renewing and retrying once", call.id, call.server_name)
@@ -94,7 +101,7 @@ async def _call(client, call: ToolCall, timeout: float):
 
         async def on_progress(progress, total, message) -> None:
             scope.deadline = min(loop_time() + timeout, cap_at)
-            if call.via == "mcp":
+            if call.via == Via.MCP:
                 # Whoever holds the MCP request (in any web process) passes it on (SPEC 13.3).
                 await control.asend_group(
                     control.call_group(str(call.id)),
@@ -110,7 +117,7 @@ async def _call(client, call: ToolCall, timeout: float):
 def _store(result, call: ToolCall | None = None) -> tuple[str, str, dict]:
     wire = result.model_dump(mode="json", by_alias=True, exclude_none=True)
     native = None
-    if call is not None and call.via == "mcp":
+    if call is not None and call.via == Via.MCP:
         # An MCP client gets the upstream result as it was, when it fits under the cap.
         size = len(json.dumps(wire, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
         native = wire if size <= settings.AGENVOY_RESULT_CAP else None
@@ -121,7 +128,7 @@ def _store(result, call: ToolCall | None = None) -> tuple[str, str, dict]:
     if len(raw.encode()) > settings.AGENVOY_HISTORY_MAX_BYTES:
         raw, raw_cut = results.cap_text(raw, settings.AGENVOY_HISTORY_MAX_BYTES)
     return (
-        "error" if converted.is_error else "done",
+        CallStatus.ERROR if converted.is_error else CallStatus.DONE,
         converted.text,
         {
             "is_error": converted.is_error,

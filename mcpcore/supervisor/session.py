@@ -12,10 +12,10 @@ import uuid
 
 import anyio
 from django.conf import settings
-from django.utils import timezone
 from mcp import Client
 
 from .. import control, db
+from ..choices import ServerState, Transport
 from ..models import Server
 from . import registry, transport
 
@@ -148,17 +148,17 @@ class ServerSession:
                 return
             if not server.enabled or server.misconfigured:
                 await self._set_state(
-                    "disabled" if not server.enabled else "error",
+                    ServerState.DISABLED if not server.enabled else ServerState.ERROR,
                     "" if not server.enabled else server.last_error,
                 )
-                self._finish_attempts(server.last_error or "disabled")
+                self._finish_attempts(server.last_error or ServerState.DISABLED)
                 await self._wait_wake(math.inf)
                 continue
             self.call_timeout = server.call_timeout
             self._reconnect = False
             self._wake.clear()
             self._lost.clear()
-            await self._set_state("connecting", self.error)
+            await self._set_state(ServerState.CONNECTING, self.error)
             try:
                 await self._session(server)
             except Exception as exc:  # any failure of this server stays with this server
@@ -174,7 +174,7 @@ class ServerSession:
                 continue
             if not self.error:
                 self.error = "session ended"
-            await self._set_state("error", self.error)
+            await self._set_state(ServerState.ERROR, self.error)
             self._finish_attempts(self.error)
             if self._lost.is_set() and self._was_connected:
                 # A session that was up gets renewed at once; backoff is for failing connects.
@@ -201,7 +201,7 @@ class ServerSession:
         try:
             await self._connected(server, target)
         finally:
-            if server.transport == "stdio":
+            if server.transport == Transport.STDIO:
                 await asyncio.to_thread(transport.sweep, tag)
 
     async def _connected(self, server: Server, target) -> None:
@@ -213,7 +213,7 @@ class ServerSession:
                 # The connect bound covers the handshake and first listing, then is lifted.
                 scope.deadline = anyio.current_time() + settings.AGENVOY_CONNECT_TIMEOUT
                 async with client:
-                    await self._register(client)
+                    await self._register(client, connecting=True)
                     scope.deadline = math.inf
                     release()
                     self.client = client
@@ -222,7 +222,7 @@ class ServerSession:
                     self._was_connected = True
                     await self._publish_connected(client)
                     self.ready.set()
-                    self._finish_attempts("connected")
+                    self._finish_attempts(ServerState.CONNECTED)
                     await self._watch(client)
         if scope.cancelled_caught and not self._stopping:
             self.error = f"connect timed out after {settings.AGENVOY_CONNECT_TIMEOUT:g}s"
@@ -340,14 +340,17 @@ class ServerSession:
                 seen.add(cursor)
         raise RuntimeError(f"tools/list has more than {PAGE_CAP} pages")
 
-    async def _register(self, client: Client) -> None:
+    async def _register(self, client: Client, connecting: bool = False) -> None:
+        """List the tools and register them when their signature differs from the one recorded
+        (`Server.signature`, its only record), and always on a new session: what a row holds
+        beyond the signature (titles, annotations, output schemas, columns a newer console adds)
+        is then brought up to date once per connect, and never rewritten by a poll."""
         tools = await self._list_all(client)
         rows, warnings = registry.tool_dicts(self.name, tools)
         sig = registry.signature(rows)
-        if sig == self.sup.known_signature(self.name):
-            return
+        if not connecting and await db.run(registry.is_registered, self.name, sig):
+            return  # SPEC 3: an unchanged signature writes nothing
         if await db.run(registry.replace_tools, self.name, rows, sig, warnings):
-            self.sup.remember_signature(self.name, sig)
             log.info("server %s: %d tools registered", self.name, len(rows))
             await control.asend_group(control.STATUS, {"type": "status.changed", "server": self.name})
 
@@ -355,12 +358,11 @@ class ServerSession:
         info = client.server_info.model_dump(mode="json", exclude_none=True) if client.server_info else {}
         await db.run(
             Server.objects.filter(name=self.name).update,
-            state="connected",
+            state=ServerState.CONNECTED,
             last_error="",
             protocol_version=self.protocol,
             instructions=(client.instructions or "").strip(),
             server_info=info,
-            connected_at=timezone.now(),
         )
         await control.asend_group(control.STATUS, {"type": "status.changed", "server": self.name})
 

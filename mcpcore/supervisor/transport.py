@@ -12,6 +12,7 @@ from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from ..choices import Transport
 from . import stdio
 from .stdio import stdio_transport
 
@@ -125,13 +126,13 @@ _PASS_THROUGH = {
 
 def make_target(config: dict, transport: str, errlog: IO[str], tag: str = ""):
     """The transport object the Client connects through."""
-    if transport == "stdio":
+    if transport == Transport.STDIO:
         return stdio_transport(stdio_params(config, tag), errlog)
     # Not expanded (SPEC 12.3): a URL built from the environment could send a header's secret
     # to a host nobody wrote down.
     url = config["url"].strip()
     headers = expanded_headers(config)
-    if transport == "sse":
+    if transport == Transport.SSE:
         return sse_client(url, headers=headers)
     client = httpx2.AsyncClient(
         headers=headers,

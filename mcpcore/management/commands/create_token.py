@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand
 
+from mcpcore.choices import TokenRole
 from mcpcore.models import ApiToken
 
 
@@ -10,8 +11,8 @@ class Command(BaseCommand):
         parser.add_argument("name")
         parser.add_argument(
             "--role",
-            choices=[value for value, _ in ApiToken.ROLES],
-            default=ApiToken.AGENT,
+            choices=TokenRole.values,
+            default=TokenRole.AGENT,
             help="what the token may do (SPEC 12); fixed for the token's life (default: agent)",
         )
         parser.add_argument("--no-auto", action="store_true", help="the token may not use auto mode")

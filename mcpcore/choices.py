@@ -1,0 +1,122 @@
+"""The console's vocabulary: every state, status, kind and decision it stores or answers with.
+
+The values are the contract (SPEC 5, 7, 13, 15): agents and pages read them as these exact
+strings, so each member's value is its wire form and, where a page shows it, its label too.
+Members are `str`s: they compare, hash, serialise to JSON and render in templates as the value.
+Pure: imports nothing of the console and needs no settings.
+"""
+
+from django.db.models import TextChoices
+
+
+class ServerState(TextChoices):
+    """What the supervisor last observed of a server (`Server.state`)."""
+
+    CONNECTED = "connected", "connected"
+    CONNECTING = "connecting", "connecting"
+    ERROR = "error", "error"
+    DISABLED = "disabled", "disabled"
+
+
+class Transport(TextChoices):
+    """How the console reaches a server (`Server.transport`; `type` in `mcp.json`)."""
+
+    STDIO = "stdio", "stdio"
+    STREAMABLE_HTTP = "streamable-http", "streamable-http"
+    SSE = "sse", "sse"
+
+
+class CallStatus(TextChoices):
+    """Where a tool call is (`ToolCall.status`): live while pending or running, then ended."""
+
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+    ERROR = "error", "error"
+    SKIPPED = "skipped", "skipped"
+    EXPIRED = "expired", "expired"
+    ABORTED = "aborted", "aborted"
+    CANCELLED = "cancelled", "cancelled"
+    INTERRUPTED = "interrupted", "interrupted"
+
+
+# The one place that says which statuses are live and which are final (as plain strings, so
+# they go into SQL parameters as they are).
+CALL_LIVE: frozenset[str] = frozenset({CallStatus.PENDING.value, CallStatus.RUNNING.value})
+CALL_ENDED: frozenset[str] = frozenset(CallStatus.values) - CALL_LIVE
+
+
+class Mode(TextChoices):
+    """The gate's mode as recorded on a call (`ToolCall.mode`); a request's `single-confirm` and
+    `always-allow` are aliases of these (`gate.MODES`)."""
+
+    CONFIRM = "confirm", "confirm"
+    AUTO = "auto", "auto"
+
+
+class CallKind(TextChoices):
+    """What a call asks (`ToolCall.kind`): a tool of an MCP server, or a permission prompt
+    (SPEC 13.5) about an agent's own tool, which never runs on a server."""
+
+    TOOL_CONFIRM = "tool_confirm", "tool_confirm"
+    PERMISSION_PROMPT = "permission_prompt", "permission_prompt"
+
+
+class CallDecision(TextChoices):
+    """Who or what let a call run or stopped it (`ToolCall.decision`; empty while pending).
+
+    The gate's own: `auto`, `allowlist`, `session` (an allowance), `grant` (a time-boxed or
+    remembered grant, SPEC 17.3), `rule` (an argument rule, either way). A person's reply: `approve`, `remember`, `session` (approve for the session),
+    `deny`, `abort`. The clock's: `expired`.
+    """
+
+    AUTO = "auto", "auto"
+    ALLOWLIST = "allowlist", "allowlist"
+    SESSION = "session", "session"
+    RULE = "rule", "rule"
+    GRANT = "grant", "grant"
+    APPROVE = "approve", "approve"
+    REMEMBER = "remember", "remember"
+    DENY = "deny", "deny"
+    ABORT = "abort", "abort"
+    EXPIRED = "expired", "expired"
+
+
+class RuleDecision(TextChoices):
+    """What an argument rule (SPEC 14.2) says, in the order they win: deny, then ask, then allow."""
+
+    DENY = "deny", "deny"
+    ASK = "ask", "ask"
+    ALLOW = "allow", "allow"
+
+
+class Via(TextChoices):
+    """The door a call came in by (`ToolCall.via`): `/v1/mcp/call` (and the pages), `/mcp`, or
+    Claude Code's HTTP hooks (`/v1/hooks/claude-code`, SPEC 17.1)."""
+
+    REST = "rest", "rest"
+    MCP = "mcp", "mcp"
+    HOOK = "hook", "hook"
+
+
+class TokenRole(TextChoices):
+    """An API token's role (SPEC 12), fixed when it is made."""
+
+    AGENT = "agent", "Agent"
+    APPROVER = "approver", "Approver"
+    ADMIN = "admin", "Admin"
+
+
+class TargetKind(TextChoices):
+    """Where a notification goes (SPEC 15): a Standard Webhooks endpoint or an ntfy topic."""
+
+    WEBHOOK = "webhook", "webhook"
+    NTFY = "ntfy", "ntfy"
+
+
+class DeliveryStatus(TextChoices):
+    """One message to one target (`Delivery.status`): waiting (or between retries), or final."""
+
+    PENDING = "pending", "pending"
+    SENT = "sent", "sent"
+    FAILED = "failed", "failed"

@@ -1,0 +1,63 @@
+"""The vocabulary (`mcpcore.choices`): its values are the contract's words (SPEC 5, 7, 12, 13,
+15), each status is live or ended and never both, and the models store nothing else."""
+
+import pytest
+
+from mcpcore import choices
+from mcpcore.models import ApiToken, Delivery, NotificationTarget, Server, ToolCall
+
+
+def test_it_keeps_the_words_of_the_contract():
+    assert choices.ServerState.values == ["connected", "connecting", "error", "disabled"]
+    assert choices.Transport.values == ["stdio", "streamable-http", "sse"]
+    assert choices.CallStatus.values == [
+        "pending",
+        "running",
+        "done",
+        "error",
+        "skipped",
+        "expired",
+        "aborted",
+        "cancelled",
+        "interrupted",
+    ]
+    assert choices.CallKind.values == ["tool_confirm", "permission_prompt"]
+    assert choices.Mode.values == ["confirm", "auto"]
+    assert choices.RuleDecision.values == ["deny", "ask", "allow"]
+    assert choices.Via.values == ["rest", "mcp"]
+    assert choices.TokenRole.values == ["agent", "approver", "admin"]
+    assert choices.TargetKind.values == ["webhook", "ntfy"]
+    assert choices.DeliveryStatus.values == ["pending", "sent", "failed"]
+
+
+def test_it_splits_every_call_status_into_live_or_ended():
+    assert choices.CALL_LIVE == {"pending", "running"}
+    assert choices.CALL_LIVE.isdisjoint(choices.CALL_ENDED)
+    assert choices.CALL_LIVE | choices.CALL_ENDED == set(choices.CallStatus.values)
+    # Plain strings: they go into SQL parameters and JSON as they are.
+    assert all(type(s) is str for s in choices.CALL_LIVE | choices.CALL_ENDED)
+
+
+@pytest.mark.parametrize(
+    "model, field, vocabulary",
+    [
+        (Server, "state", choices.ServerState),
+        (Server, "transport", choices.Transport),
+        (ToolCall, "status", choices.CallStatus),
+        (ToolCall, "kind", choices.CallKind),
+        (ToolCall, "mode", choices.Mode),
+        (ToolCall, "decision", choices.CallDecision),
+        (ToolCall, "via", choices.Via),
+        (NotificationTarget, "kind", choices.TargetKind),
+        (Delivery, "status", choices.DeliveryStatus),
+        (ApiToken, "role", choices.TokenRole),
+    ],
+)
+def test_it_gives_each_model_field_its_vocabulary(model, field, vocabulary):
+    assert model._meta.get_field(field).choices == vocabulary.choices
+
+
+def test_it_renders_a_member_as_its_value():
+    member = choices.CallStatus.DONE
+    assert (str(member), f"{member}", member == "done") == ("done", "done", True)
+    assert {"done": 1}[member] == 1
