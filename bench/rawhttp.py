@@ -35,6 +35,14 @@ class Response:
     def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
         self.status, self.headers, self.body = status, headers, body
 
+    @property
+    def status_code(self) -> int:  # as httpx2 names it, so either client fits a benchmark
+        return self.status
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
     def json(self):
         return json.loads(self.body)
 
