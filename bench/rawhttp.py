@@ -317,8 +317,8 @@ class RawHttp:
         finally:
             self._free.append(conn)
 
-    async def post(self, path: str, payload) -> Response:
-        return await self.request("POST", path, payload)
+    async def post(self, path: str, json=None) -> Response:  # noqa: A002 (httpx2's name for it)
+        return await self.request("POST", path, json)
 
     async def get(self, path: str) -> Response:
         return await self.request("GET", path)
