@@ -1,99 +1,232 @@
-"""8. `/mcp` overhead: a `tools/call` of the allow-listed echo through the console's MCP
-endpoint (the `mcp` SDK client, both protocol eras) against a direct SDK call_tool to the same
-server script over stdio, interleaved in blocks in the same run; `POST /v1/mcp/call` of the
-same call alongside, since /mcp shares its path through the gate."""
+"""8. `/mcp` against a direct MCP server over streamable HTTP (issue 25's table, in one run).
+
+The same `echo` call, allow-listed, by two clients in both protocol eras (2026-07-28 and
+2025-11-25): the `mcp` SDK's `Client` over its streamable-HTTP transport, and a raw JSON-RPC
+client (bench/rawhttp.py: hand-written POSTs on keep-alive connections) whose own cost is
+small enough to leave the server's visible. Each goes to three places: the echo server itself
+over streamable HTTP (the SDK's server; the baseline), the console's `/mcp` (name
+`echo__echo`) and its `/mcp/echo` (name `echo`), where the console reaches the same script
+over stdio.
+
+Per row: p50 of one client's calls (all rows interleaved in blocks), calls/s with 32 concurrent
+callers on one client (two passes, the second in reverse order), the gateway's CPU per call at
+32 (the serve process's own CPU time over the calls it answered, its MCP server excluded; for
+the direct rows the echo server's), and the client's own CPU per call (this process)."""
 
 import asyncio
+import contextlib
+import os
+import subprocess
+import sys
 import time
 from contextlib import asynccontextmanager
 
-from .common import (
-    ECHO_ARGS,
-    Figure,
-    async_http,
-    console,
-    direct_client,
-    echo_servers,
-    ms,
-    percentile,
-)
-from .overhead import console_calls
+from .common import ECHO, Figure, console, cpu_seconds, echo_servers, ms, percentile, wait_until
+from .rawhttp import LEGACY, MODERN, RawMcp, client_cpu
 
 NAME = "mcp_endpoint"
 CALLS = 300
 BLOCK = 50
 WARMUP = 30
-TARGET_MS = 4.0
+SECONDS = 3.0  # per pass and row at 32 callers
+CONCURRENCY = 32
+P50_TARGET_MS = 2.0
+SHARE = 0.6
+CPU_TARGET_MS = 2.5
+ARGS = {"text": "hello"}
+PLACES = ("direct", "/mcp", "/mcp/echo")
+ERAS = (MODERN, LEGACY)
+CLIENTS = ("sdk", "raw")
+
+
+@contextlib.contextmanager
+def echo_over_http():
+    """tests/mcpservers/echo.py on streamable HTTP (the SDK's server under uvicorn)."""
+    from tests.live import free_port
+
+    port = free_port()
+    env = {**os.environ, "MCP_ECHO_PORT": str(port)}
+    proc = subprocess.Popen([sys.executable, str(ECHO)], env=env, stderr=subprocess.DEVNULL)
+    try:
+
+        def up() -> bool:
+            import socket
+
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                return True
+            return False
+
+        wait_until(up, 30, what="echo over HTTP")
+        yield f"http://127.0.0.1:{port}/mcp", proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+class Row:
+    def __init__(self, place: str, era: str, kind: str) -> None:
+        self.place, self.era, self.kind = place, era, kind
+        self.latencies: list[float] = []
+        self.latency_cpu = 0.0
+        self.done = self.errors = 0
+        self.wall = self.gateway_cpu = self.load_cpu = 0.0
+        self.client = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.place, self.era, self.kind
+
+    @property
+    def tool(self) -> str:
+        return "echo__echo" if self.place == "/mcp" else "echo"
 
 
 @asynccontextmanager
-async def mcp_client(con, mode: str):
+async def sdk_client(url: str, era: str, token: str | None):
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    headers = {"Authorization": f"Bearer {con.token}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
-        async with Client(streamable_http_client(f"{con.url}/mcp", http_client=http), mode=mode) as client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    limits = httpx2.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
+    async with httpx2.AsyncClient(
+        headers=headers, timeout=httpx2.Timeout(30, read=300), limits=limits
+    ) as http:
+        mode = "auto" if era == MODERN else "legacy"
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+            if client.protocol_version != era:
+                raise RuntimeError(f"{url}: {mode} spoke {client.protocol_version}, not {era}")
             yield client
 
 
-async def calls(client, name: str, n: int) -> list[float]:
-    out = []
+async def one_call(row: Row) -> None:
+    if row.kind == "sdk":
+        result = await row.client.call_tool(row.tool, ARGS)
+        failed = result.is_error
+    else:
+        failed = (await row.client.call(row.tool, ARGS)).get("isError")
+    if failed:
+        raise RuntimeError(f"{row.key}: the call failed")
+
+
+async def sequential(row: Row, n: int, keep: bool = True) -> None:
+    cpu = client_cpu()
     for _ in range(n):
         t = time.perf_counter()
-        result = await client.call_tool(name, ECHO_ARGS)
-        out.append(time.perf_counter() - t)
-        if result.is_error:
-            raise RuntimeError(f"call failed: {result.content}")
+        await one_call(row)
+        if keep:
+            row.latencies.append(time.perf_counter() - t)
+    if keep:
+        row.latency_cpu += client_cpu() - cpu
+
+
+async def concurrent(row: Row, seconds: float, gateway_pid: int, keep: bool = True) -> None:
+    stop = time.perf_counter() + seconds
+    done = errors = 0
+
+    async def worker() -> None:
+        nonlocal done, errors
+        while time.perf_counter() < stop:
+            try:
+                await one_call(row)
+                done += 1
+            except Exception:
+                errors += 1
+
+    gw, cpu, t = cpu_seconds(gateway_pid), client_cpu(), time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    if keep:
+        row.wall += time.perf_counter() - t
+        row.gateway_cpu += cpu_seconds(gateway_pid) - gw
+        row.load_cpu += client_cpu() - cpu
+        row.done += done
+        row.errors += errors
+
+
+async def measure(con, direct_url: str, direct_pid: int) -> list[Row]:
+    rows = [Row(p, e, k) for e in ERAS for k in CLIENTS for p in PLACES]
+    async with contextlib.AsyncExitStack() as stack:
+        for row in rows:
+            url = direct_url if row.place == "direct" else con.url + row.place
+            token = None if row.place == "direct" else con.token
+            if row.kind == "sdk":
+                row.client = await stack.enter_async_context(sdk_client(url, row.era, token))
+            else:
+                row.client = await stack.enter_async_context(RawMcp(url, row.era, token))
+            await sequential(row, WARMUP, keep=False)
+        for _ in range(CALLS // BLOCK):  # interleaved, so drift hits every row alike
+            for row in rows:
+                await sequential(row, BLOCK)
+        for order in (rows, rows[::-1]):
+            for row in order:
+                pid = direct_pid if row.place == "direct" else con.proc.pid
+                await concurrent(row, 0.3, pid, keep=False)
+                await concurrent(row, SECONDS, pid)
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    """Issue 25's table, in markdown."""
+    by = {r.key: r for r in rows}
+    out = [
+        "| through | protocol | client | p50 | over direct | calls/s at 32 | x direct | gateway CPU/call "
+        "| client CPU/call (1 / 32) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        d = by["direct", r.era, r.kind]
+        p50, rate = ms(percentile(r.latencies, 50)), r.done / r.wall
+        over = "-" if r is d else f"+{p50 - ms(percentile(d.latencies, 50)):.2f} ms"
+        share = rate / (d.done / d.wall)
+        where = "echo over streamable HTTP (SDK server)" if r.place == "direct" else f"console `{r.place}`"
+        out.append(
+            f"| {where} | {r.era} | {r.kind} | {p50:.2f} ms | {over} | {rate:.0f} | {share:.2f} "
+            f"| {ms(r.gateway_cpu / r.done):.2f} ms | {ms(r.latency_cpu / len(r.latencies)):.2f} / "
+            f"{ms(r.load_cpu / r.done):.2f} ms |"
+        )
+    return "\n".join(out)
+
+
+def figures(rows: list[Row]) -> list[Figure]:
+    by = {r.key: r for r in rows}
+    out = []
+    for r in rows:
+        d = by["direct", r.era, r.kind]
+        p50, rate = ms(percentile(r.latencies, 50)), r.done / r.wall
+        d50, d_rate = ms(percentile(d.latencies, 50)), d.done / d.wall
+        gw = ms(r.gateway_cpu / r.done)
+        label = f"{r.place} {r.era} {r.kind}"
+        note = (
+            f"p50 {p50:.2f} ms; {rate:.0f} calls/s at 32 ({r.errors} errors); gateway CPU {gw:.2f} ms/call; "
+            f"client CPU {ms(r.latency_cpu / len(r.latencies)):.2f} ms/call at 1, {ms(r.load_cpu / r.done):.2f} at 32"
+        )
+        if r is d:
+            out.append(Figure(NAME, f"{label}: p50", p50, "ms", note=note, extra={"calls_per_s": rate}))
+            continue
+        base = f"direct, {r.era} {r.kind}"
+        out += [
+            Figure(
+                NAME, f"{label}: p50 over direct", p50 - d50, "ms", d50, base + " p50",
+                f"< {P50_TARGET_MS} ms", p50 - d50 < P50_TARGET_MS, note,
+            ),
+            Figure(
+                NAME, f"{label}: calls/s at 32", rate, "/s", d_rate, base, f">= {SHARE} x direct, 0 errors",
+                rate >= SHARE * d_rate and r.errors == 0, f"{rate / d_rate:.2f} x direct",
+            ),
+            Figure(NAME, f"{label}: gateway CPU/call at 32", gw, "ms", None, "", f"< {CPU_TARGET_MS} ms",
+                   gw < CPU_TARGET_MS),
+        ]  # fmt: skip
     return out
 
 
-async def measure(con) -> dict[str, list[float]]:
-    runs = {"2026": [], "2025": [], "direct": [], "rest": []}
-    async with (
-        mcp_client(con, "auto") as modern,
-        mcp_client(con, "legacy") as legacy,
-        direct_client() as direct,
-        async_http(con, 1) as http,
-    ):
-        for client, name in ((modern, "echo__echo"), (legacy, "echo__echo"), (direct, "echo")):
-            await calls(client, name, WARMUP)
-        await console_calls(http, WARMUP)
-        for _ in range(CALLS // BLOCK):  # interleaved, so drift hits all alike
-            runs["2026"] += await calls(modern, "echo__echo", BLOCK)
-            runs["2025"] += await calls(legacy, "echo__echo", BLOCK)
-            runs["direct"] += await calls(direct, "echo", BLOCK)
-            runs["rest"] += await console_calls(http, BLOCK)
-    return runs
-
-
 def run() -> list[Figure]:
-    with console(echo_servers(), start=False) as con:
+    with echo_over_http() as (direct_url, direct_pid), console(echo_servers(), start=False) as con:
         (con.home / "allow_tool").write_text("mcp__echo__echo\n")
         con.start()
         con.wait_connected("echo")
-        runs = asyncio.run(measure(con))
-    d50 = ms(percentile(runs["direct"], 50))
-    r50 = ms(percentile(runs["rest"], 50))
-    figures = [Figure(NAME, "POST /v1/mcp/call p50 (same call, auto)", r50, "ms", d50, "direct SDK p50")]
-    for era in ("2026", "2025"):
-        c50 = ms(percentile(runs[era], 50))
-        over = c50 - d50
-        figures += [
-            Figure(NAME, f"tools/call p50 via /mcp ({era})", c50, "ms", d50, "direct SDK p50"),
-            Figure(
-                NAME,
-                f"p50 overhead of /mcp ({era}) over direct",
-                over,
-                "ms",
-                d50,
-                "direct SDK p50",
-                f"< {TARGET_MS} ms",
-                over < TARGET_MS,
-                f"{CALLS} calls each, one client; /v1's path through the gate (token, the call row, "
-                f"the supervisor's stdio call: /v1 p50 {r50:.2f} ms here) plus the SDK's HTTP "
-                "transport on both ends",
-            ),
-        ]
-    return figures
+        rows = asyncio.run(measure(con, direct_url, direct_pid))
+    text = table(rows)
+    print(text, flush=True)
+    out = figures(rows)
+    out[0].extra["table"] = text
+    return out

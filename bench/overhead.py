@@ -1,5 +1,7 @@
 """1. Call overhead: `POST /v1/mcp/call` (auto, echo over stdio, one client) against a direct
-`mcp` SDK call_tool to the same server script, interleaved in blocks in the same run."""
+`mcp` SDK call_tool to the same server script, interleaved in blocks in the same run. The
+console's client is bench/rawhttp.py (keep-alive HTTP written by hand), so that little of the
+figure is the client's own; its CPU per call (this process's) is reported beside it."""
 
 import asyncio
 import time
@@ -7,7 +9,6 @@ import time
 from .common import (
     ECHO_ARGS,
     Figure,
-    async_http,
     console,
     direct_client,
     echo_body,
@@ -15,6 +16,7 @@ from .common import (
     ms,
     percentile,
 )
+from .rawhttp import RawHttp, client_cpu
 
 NAME = "overhead"
 CALLS = 500
@@ -56,23 +58,30 @@ async def floor_calls(http, n: int) -> list[float]:
     return out
 
 
-async def measure(con) -> dict[str, list[float]]:
+async def measure(con) -> tuple[dict[str, list[float]], dict[str, float]]:
     runs = {"console": [], "direct": [], "floor": []}
-    async with async_http(con, 1) as http, direct_client() as client:
+    cpu = dict.fromkeys(runs, 0.0)
+
+    async def timed(kind: str, calls) -> None:
+        start = client_cpu()
+        runs[kind] += await calls
+        cpu[kind] += client_cpu() - start
+
+    async with RawHttp(con.url, con.token) as http, direct_client() as client:
         await console_calls(http, WARMUP)
         await direct_calls(client, WARMUP)
         await floor_calls(http, WARMUP)
         for _ in range(CALLS // BLOCK):  # interleaved, so drift hits both alike
-            runs["console"] += await console_calls(http, BLOCK)
-            runs["direct"] += await direct_calls(client, BLOCK)
-            runs["floor"] += await floor_calls(http, BLOCK // 2)
-    return runs
+            await timed("console", console_calls(http, BLOCK))
+            await timed("direct", direct_calls(client, BLOCK))
+            await timed("floor", floor_calls(http, BLOCK // 2))
+    return runs, {kind: cpu[kind] / len(runs[kind]) for kind in runs}
 
 
 def run() -> list[Figure]:
     with console(echo_servers()) as con:
         con.wait_connected("echo")
-        runs = asyncio.run(measure(con))
+        runs, client = asyncio.run(measure(con))
     c50, c99 = ms(percentile(runs["console"], 50)), ms(percentile(runs["console"], 99))
     d50, d99 = ms(percentile(runs["direct"], 50)), ms(percentile(runs["direct"], 99))
     f50 = ms(percentile(runs["floor"], 50))
@@ -89,7 +98,17 @@ def run() -> list[Figure]:
             "direct SDK p50",
             f"< {TARGET_MS} ms",
             over < TARGET_MS,
-            f"{CALLS} calls each, one client",
+            f"{CALLS} calls each, one client; client CPU per call: raw HTTP "
+            f"{ms(client['console']):.2f} ms, direct SDK {ms(client['direct']):.2f} ms",
+        ),
+        Figure(
+            NAME,
+            "client CPU per call (raw keep-alive HTTP)",
+            ms(client["console"]),
+            "ms",
+            ms(client["direct"]),
+            "direct SDK client CPU per call",
+            note="this process's CPU time over its calls: what the client adds to the machine",
         ),
         Figure(
             NAME,

@@ -32,6 +32,7 @@ BENCHES = [
     "rules",
     "memory",
     "mcp_endpoint",
+    "held",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Tokens, tools and pins as every call reads them, kept in memory until any of them changes.
+"""Tokens, tools, pins and server names as every call reads them, kept in memory until any of them changes.
 
 Every change to those tables, made by any process through any door (pages, `/v1`, the
 supervisor, a management command, the admin, plain SQL), raises the one `CacheGeneration`
@@ -88,6 +88,13 @@ def pin(registered_name: str) -> str:
             or ""
         ),
     )
+
+
+def server_exists(name: str) -> bool:
+    """Whether a server of this name is configured (`/mcp/<server>` asks on every request)."""
+    from .models import Server
+
+    return _through("server", name, lambda: Server.objects.filter(name=name).exists())
 
 
 # --- the triggers -------------------------------------------------------------------------------

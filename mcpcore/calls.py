@@ -338,10 +338,13 @@ async def wait(
     try:
         while True:
             if reread:
-                fresh = await db.run(_get, call.id)
-                if fresh is None:
-                    return call
-                call = fresh
+                # A pending call is re-read every second by each of its waiters: its status
+                # alone first (no ORM, no thread hop), the whole row once that has moved.
+                if call.status != "pending" or await db.read(store.status, call.id) != "pending":
+                    fresh = await db.run(_get, call.id)
+                    if fresh is None:
+                        return call
+                    call = fresh
                 if call.ended:
                     return call
                 if (

@@ -1,5 +1,6 @@
 """The few statements every tool call runs, as SQL built once from the model: record the call
-(one INSERT) and end it (one conditional UPDATE), plus making the call's object. The ORM would
+(one INSERT) and end it (one conditional UPDATE), read its status, plus making the call's
+object. The ORM would
 build and compile the same statements on every call, and Django's keyword constructor weigh
 each of the model's fields, which cost more than running them. Values go through each field's
 own `get_db_prep_save`, except those a field would pass through unchanged (a `str` for a text
@@ -81,6 +82,18 @@ def _prep(field, value):
     if str in plain and isinstance(value, str):  # a `choices` member: its value is the text
         return str(value)
     return field.get_db_prep_save(value, _backend())
+
+
+@functools.cache
+def _status_sql() -> str:
+    pk = ToolCall._meta.pk
+    return f"SELECT status FROM {ToolCall._meta.db_table} WHERE {pk.column} = %s"
+
+
+def status(call_id) -> str | None:
+    """The call's stored status (one read by primary key), None when there is no such call."""
+    _, row = db.sql(_status_sql(), [_prep(ToolCall._meta.pk, call_id)])
+    return row[0] if row else None
 
 
 def insert(call: ToolCall) -> None:

@@ -488,8 +488,10 @@ def test_it_leaves_out_a_server_that_goes_down_and_answers_its_calls_with_the_50
     assert "spare__echo" not in after and "echo__echo" in after
     assert result.is_error is True
     assert result.content[0].text.startswith("server spare is not connected")
-    assert short.post("/v1/mcp/remove", {"name": "spare"}).status_code == 200
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    # Its path is still an endpoint (now kept in the console's memory) until it is removed.
+    assert short.http.post("/mcp/spare", json=init).status_code != 404
+    assert short.post("/v1/mcp/remove", {"name": "spare"}).status_code == 200
     assert short.http.post("/mcp/spare", json=init).status_code == 404
 
 

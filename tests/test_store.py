@@ -71,6 +71,16 @@ def test_it_stores_and_ends_a_call_exactly_as_the_orm_would():
     assert ToolCall.objects.get(id=ours.id).arguments == _fields(None)["arguments"]
 
 
+@pytest.mark.django_db
+def test_it_reads_a_calls_status_as_stored_and_none_for_no_call():
+    call = store.new(**_fields(None))
+    store.insert(call)
+    assert store.status(call.id) == "running"
+    assert store.end(call.id, {"status": "done", "result": "ok", "ended_at": WHEN})
+    assert store.status(call.id) == "done"
+    assert store.status(uuid.uuid4()) is None
+
+
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_it_stores_the_same_row_through_the_loops_own_connection():

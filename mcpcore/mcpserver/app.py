@@ -17,9 +17,8 @@ from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
-from .. import db, names
+from .. import cache, db, names
 from ..api.auth import authenticate
-from ..models import Server as ServerRow
 from . import handlers
 from .changes import Changes
 
@@ -59,13 +58,12 @@ def challenge_for(header: str | None) -> str:
 
 def _admit(header: str | None, view: str | None):
     """The request's token, and whether its path names an endpoint. Run through `db.read`:
-    for `/mcp` with a cached token it reads one row on the loop's own connection."""
+    with the token and the server name cached it reads one row (the cache generation) on
+    the loop's own connection."""
     token = authenticate(header)
     if token is None:
         return None, False
-    known = view is not None and (
-        view in (handlers.ALL, handlers.PERMISSION) or ServerRow.objects.filter(name=view).exists()
-    )
+    known = view is not None and (view in (handlers.ALL, handlers.PERMISSION) or cache.server_exists(view))
     return token, known
 
 

@@ -140,8 +140,11 @@ def session_of(ctx, token: ApiToken) -> str:
     return f"mcp:{sid}" if sid else f"mcp:{token.name}"
 
 
-async def on_call_tool(ctx, params) -> mcp_types.CallToolResult:
-    return mcp_types.CallToolResult.model_validate(await _call_tool(ctx, params))
+async def on_call_tool(ctx, params) -> dict:
+    """The result as a plain dict: the SDK validates and shapes it for the request's era itself
+    (typing it here first made it build and dump the model twice). `resultType`, which 2026
+    requires and 2025 drops, is the typed model's default unless the upstream result has one."""
+    return {"resultType": "complete", **await _call_tool(ctx, params)}
 
 
 async def _call_tool(ctx, params) -> dict:
