@@ -103,7 +103,7 @@ def mcp_status(request: HttpRequest) -> JsonResponse:
 
 @api_view(("GET",))
 def mcp_instructions(request: HttpRequest) -> JsonResponse:
-    from ..supervisor.registry import instructions_block
+    from ..instructions import instructions_block
 
     pairs = list(Server.objects.filter(enabled=True).values_list("name", "instructions"))
     return JsonResponse({"text": instructions_block(pairs)})

@@ -19,8 +19,8 @@ from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import calls, db, names
+from ..instructions import instructions_block
 from ..models import ApiToken, Server, Tool, ToolCall
-from ..supervisor.registry import instructions_block
 
 log = logging.getLogger("mcpcore.mcpserver")
 
