@@ -243,9 +243,11 @@ class Supervisor:
         for call_id in await db.run(calls.unstarted_for, list(owned)):
             self.pick_up(call_id)
 
-    def _leases(self) -> tuple[set[str], dict[str, str]]:
-        """Renew our leases, take free or expired ones (a fair share when others are alive),
-        give up the ones of removed servers. Claims are conditional updates.
+    def _leases(self) -> tuple[set[str], dict[str, str], int, dict[str, str]]:
+        """Renew our leases, take free or expired ones (a fair share when others are alive).
+        Claims are conditional updates. Returns the servers we hold (a removed server's row is
+        gone, so it is not among them), their config hashes, our fair share, and every server's
+        config hash.
 
         The only supervisor (embedded `serve`) has no one to share with: it writes nothing
         here on an ordinary tick, only when it takes a new server.
