@@ -1,11 +1,11 @@
 """Tool calls from request to result. Every door (`POST /v1/mcp/call`, a page's try-it, the
 MCP endpoint) takes the same three steps, and every reply to a confirmation the same one:
 
-    local = calls.local_supervisor(request)            # this process's supervisor, or None
+    local = calls.local_supervisor(request)    # the supervisor of this process, or None
     call = await db.write(calls.create, ..., local=local)  # validate, gate, record (one INSERT)
-    await calls.submit(call, local)                    # pending: the inbox is told; approved: it runs
-    call = await calls.wait(call, seconds, local=local)    # the ended call, or as it is after `seconds`
-    await calls.respond(..., local=local)              # a person's reply: record, run if approved, tell
+    await calls.submit(call, local)            # pending: the inbox is told; approved: it runs
+    call = await calls.wait(call, seconds, local=local)  # ended, or as it is after `seconds`
+    await calls.respond(..., local=local)      # a person's reply: record, run if approved, tell
 
 An approved call runs in the supervisor that holds its server's session. When that is the
 supervisor hosted by this process (a `LocalSupervisor`, which the process wiring,
@@ -156,8 +156,9 @@ def create(
     queued beside it (a sync page calls it directly).
 
     A call that runs at once is recorded `running`; when `local` (the supervisor of this
-    process) holds its server, already claimed by it (nobody else can see the row before it is committed, so
-    this claim needs no condition), else unclaimed, for `claim` by the server's owner.
+    process) holds its server, already claimed by it (nobody else can see the row before it
+    is committed, so this claim needs no condition), else unclaimed, for `claim` by the
+    server's owner.
     """
     if not isinstance(name, str) or not name.strip():
         raise CallError("name is required", 400)
@@ -315,10 +316,10 @@ async def wait(
 ) -> ToolCall:
     """The call once it has ended, or as it is after `seconds` (`inf`: until it ends).
 
-    A call running in this process (in `local`) is waited on through its task (no database
-    read); any
-    other through the call's channel-layer group (pushed by whoever ends it), re-reading the
-    row on every wake and at least every second, so a missed message costs at most a second.
+    A call running in this process (`local.running`) is waited on through its task (no
+    database read); any other through the call's channel-layer group (pushed by whoever ends
+    it), re-reading the row on every wake and at least every second, so a missed message
+    costs at most a second.
     A pending call past its expiry is expired here. `on_progress(progress, total, message)`
     gets the upstream server's progress while it runs; `on_heartbeat()` is called every
     HEARTBEAT seconds while it is pending (SPEC 13.3). A cancelled wait (the client went away)
