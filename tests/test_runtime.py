@@ -1,7 +1,8 @@
 """The process wiring (`mcpcore.runtime`) against a live `serve`: the supervisor it hosts is
 what every door's call path uses, so a call to a server it holds is recorded already claimed
 by it (one INSERT, no second claim), through `/v1` and through `/mcp` alike. (Through the
-channel layer the call would still run, but claimed a moment after its INSERT.)"""
+channel layer the call would still run, but claimed a moment after its INSERT.) And, in
+process, the Supervisor has every member of the two interfaces it is reached through."""
 
 import sqlite3
 
@@ -87,3 +88,22 @@ def test_it_waits_on_an_approved_call_through_the_supervisor_running_it(c):
     # Approved later: claimed then (a conditional UPDATE), once, by the same worker.
     assert status == "done" and started > created and attempts == 1
     assert _workers(c) == [worker]
+
+
+def _members(protocol: type) -> set[str]:
+    names = set(getattr(protocol, "__annotations__", {}))
+    return names | {n for n in vars(protocol) if not n.startswith("_")}
+
+
+@pytest.mark.parametrize("interface", ["calls.LocalSupervisor", "session.SessionHost"])
+def test_it_gives_the_supervisor_every_member_of_the_interfaces_it_is_reached_through(interface):
+    from mcpcore import calls
+    from mcpcore.supervisor import Supervisor, session
+
+    protocol = {"calls.LocalSupervisor": calls.LocalSupervisor, "session.SessionHost": session.SessionHost}[
+        interface
+    ]
+    sup = Supervisor(name="probe")
+    missing = sorted(m for m in _members(protocol) if not hasattr(sup, m))
+    assert missing == []
+    assert "name" in _members(protocol)  # annotations are members too
