@@ -15,6 +15,8 @@ process reaches it, as a `calls.LocalSupervisor`, and nothing else in the web si
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
@@ -27,6 +29,8 @@ from .staticserve import StaticFiles
 from .supervisor import Supervisor, host
 
 log = logging.getLogger("mcpcore.runtime")
+
+ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[Any]]
 
 
 class Runtime:
@@ -42,7 +46,7 @@ class Runtime:
         self._local: Supervisor | None = None
         self._host: asyncio.Task | None = None
 
-    def application(self, site):
+    def application(self, site: ASGIApp) -> ASGIApp:
         """The ASGI application: `/mcp` through the MCP SDK's server side, `/v1` through a
         middleware-free Django handler, pages through `site` (the full Django handler),
         WebSockets through Channels routing, static files served directly."""
@@ -50,7 +54,7 @@ class Runtime:
         http = McpRouter(self.endpoint, ApiRouter(ApiHandler(), site))
         websocket = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(routing.websocket_urlpatterns)))
 
-        async def with_local(scope, receive, send):
+        async def with_local(scope: dict, receive, send) -> None:
             local = self._local
             if local is not None:
                 scope = {**scope, calls.LOCAL: local}
