@@ -14,8 +14,8 @@ is used), nor are the servers' lease and bookkeeping columns.
 
 Sync: call these in a database job (`mcpcore.db`); the generation read goes through `db.sql`,
 so on a hit no ORM is involved and the job can run on the event loop's own connection. Only the
-servers use the cache (`enable()`, called with `db.use_dedicated_threads`); elsewhere, in tests
-that roll back, every lookup queries.
+servers use the cache (`enable()`, called by the process wiring, `mcpcore.runtime`); elsewhere,
+in tests that roll back, every lookup queries.
 """
 
 import time

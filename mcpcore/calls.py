@@ -1,16 +1,19 @@
 """Tool calls from request to result. Every door (`POST /v1/mcp/call`, a page's try-it, the
 MCP endpoint) takes the same three steps, and every reply to a confirmation the same one:
 
-    call = await db.write(calls.create, ...)   # validate, gate, record (one INSERT)
-    await calls.submit(call)                   # pending: the inbox is told; approved: it runs
-    call = await calls.wait(call, seconds)     # the ended call, or as it is after `seconds`
-    await calls.respond(...)                   # a person's reply: record, run if approved, tell
+    local = calls.local_supervisor(request)    # the supervisor of this process, or None
+    call = await db.write(calls.create, ..., local=local)  # validate, gate, record (one INSERT)
+    await calls.submit(call, local)            # pending: the inbox is told; approved: it runs
+    call = await calls.wait(call, seconds, local=local)  # ended, or as it is after `seconds`
+    await calls.respond(..., local=local)      # a person's reply: record, run if approved, tell
 
 An approved call runs in the supervisor that holds its server's session. When that is the
-supervisor of this process (`attach`ed by the process wiring), the call is recorded already
-claimed by it, runs as a task here, and `wait` waits on that task; otherwise the owner is told
-through the channel layer and `wait` watches the call's group and the database. Who ends a call
-writes it with one conditional UPDATE (`finish`). Nothing here imports `mcp`.
+supervisor hosted by this process (a `LocalSupervisor`, which the process wiring,
+`mcpcore.runtime`, puts in every request's ASGI scope and the door hands on here), the call is
+recorded already claimed by it, runs as a task there, and `wait` waits on that task; otherwise
+the owner is told through the channel layer and `wait` watches the call's group and the
+database. Who ends a call writes it with one conditional UPDATE (`finish`). Nothing here
+imports `mcp`, and nothing here holds a supervisor: each call is handed the one it may use.
 """
 
 import asyncio
@@ -45,15 +48,19 @@ from .models import (
 log = logging.getLogger("mcpcore.calls")
 
 
-class Runner(Protocol):
-    """What the call path needs of the supervisor in this process (`supervisor.Supervisor`):
+class LocalSupervisor(Protocol):
+    """What the call path needs of the supervisor hosted by the same process (implemented by
+    `supervisor.Supervisor`); the only way the web side reaches a supervisor other than the
+    database and the channel layer:
 
     - `name`: the worker name calls it claims are recorded under;
     - `holds(server_name)`: whether it holds that server's session (read from any thread);
     - `run(call)`: run a call claimed for it, as a task whose result is the ended call
       (None when someone else ended it first, say a cancel);
     - `pick_up(call_id)`: claim a recorded, approved call (`claim`) and run it;
-    - `cancel(call_id)`: cancel a call it runs (its task's end records `cancelled`).
+    - `cancel(call_id)`: cancel a call it runs (its task's end records `cancelled`);
+    - `running(call_id)`: the task of a call it runs, else None (its table of running calls
+      is the one truth of which calls run in this process).
     """
 
     name: str
@@ -66,17 +73,19 @@ class Runner(Protocol):
 
     def cancel(self, call_id: str) -> bool: ...
 
-
-_runner: Runner | None = None
-_local: dict[str, asyncio.Task] = {}  # calls running in this process, for `wait`
+    def running(self, call_id: str) -> "asyncio.Task[ToolCall | None] | None": ...
 
 
-def attach(runner: Runner | None) -> None:
-    """Called by the process wiring (`serve`, tests) with the supervisor of this process, and
-    with None when it stops. A web process without one (scale-out) reaches workers only
-    through the database and the channel layer."""
-    global _runner
-    _runner = runner
+# The ASGI scope key under which the process wiring (`mcpcore.runtime`) hands every request the
+# supervisor of its process; absent in a web process that hosts none (scale-out, tests).
+LOCAL = "agenvoy.supervisor"
+
+
+def local_supervisor(request: object) -> LocalSupervisor | None:
+    """The supervisor of this process as a request (Django's or the MCP SDK's) carries it in
+    its ASGI scope; None when there is none, or no scope (Django's test client)."""
+    scope = getattr(request, "scope", None)
+    return scope.get(LOCAL) if isinstance(scope, dict) else None
 
 
 class CallError(Exception):
@@ -141,14 +150,16 @@ def create(
     session_id: object,
     mode: object,
     via: str = Via.REST,
+    local: LocalSupervisor | None = None,
 ) -> ToolCall:
     """Validate a call request, run it through the gate, and record it (SPEC 5, 7). Sync;
     from async code run it with `db.write`, so its INSERT shares a commit with the writes
     queued beside it (a sync page calls it directly).
 
-    A call that runs at once is recorded `running`; when the supervisor of this process holds
-    its server, already claimed by it (nobody else can see the row before it is committed, so
-    this claim needs no condition), else unclaimed, for `claim` by the server's owner.
+    A call that runs at once is recorded `running`; when `local` (the supervisor of this
+    process) holds its server, already claimed by it (nobody else can see the row before it
+    is committed, so this claim needs no condition), else unclaimed, for `claim` by the
+    server's owner.
     """
     if not isinstance(name, str) or not name.strip():
         raise CallError("name is required", 400)
@@ -219,9 +230,8 @@ def create(
         call.decided_by, call.result = "rule", gate.denied_text(decision.rule)
     elif decision.run:
         call.status, call.decision, call.decided_at = CallStatus.RUNNING, decision.reason, now
-        runner = _runner
-        if runner is not None and runner.holds(server.name):
-            call.started_at, call.worker = now, runner.name
+        if local is not None and local.holds(server.name):
+            call.started_at, call.worker = now, local.name
     else:
         _wait_for_a_person(call, token, now)
     store.insert(call)
@@ -261,7 +271,7 @@ def owner_channel(server_name: str) -> str | None:
     return Worker.objects.filter(name=owner).values_list("channel", flat=True).first()
 
 
-async def submit(call: ToolCall) -> None:
+async def submit(call: ToolCall, local: LocalSupervisor | None = None) -> None:
     """Set a recorded call going: a pending confirmation is announced (inbox, pages, anyone
     waiting); an approved call is handed to whoever holds its server; an ended one (a rule's
     deny, an already granted permission prompt) needs nothing."""
@@ -270,22 +280,20 @@ async def submit(call: ToolCall) -> None:
     if call.status == CallStatus.PENDING:
         await announce(str(call.id))
     else:
-        await dispatch(call)
+        await dispatch(call, local)
 
 
-async def dispatch(call: ToolCall) -> None:
-    """Run an approved call where its server's session is: here when the supervisor of this
-    process holds it (claimed at creation, or claimed now), else on the owner's channel (if
-    there is no owner, the next one picks it up from the database)."""
+async def dispatch(call: ToolCall, local: LocalSupervisor | None = None) -> None:
+    """Run an approved call where its server's session is: here when `local` (the supervisor
+    of this process) holds it (claimed at creation, or claimed now), else on the owner's
+    channel (if there is no owner, the next one picks it up from the database)."""
     if call.is_permission_prompt:
         return  # answered by the reply itself; there is no server to run it on
-    runner, call_id = _runner, str(call.id)
-    if runner is not None and call.worker == runner.name and call.started_at is not None:
-        task = runner.run(call)
-        _local[call_id] = task
-        task.add_done_callback(lambda _t: _local.pop(call_id, None))
-    elif runner is not None and runner.holds(call.server_name):
-        runner.pick_up(call_id)
+    call_id = str(call.id)
+    if local is not None and call.worker == local.name and call.started_at is not None:
+        local.run(call)
+    elif local is not None and local.holds(call.server_name):
+        local.pick_up(call_id)
     else:
         channel = await db.run(owner_channel, call.server_name)
         if channel:
@@ -310,12 +318,14 @@ async def wait(
     seconds: float,
     on_progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None,
     on_heartbeat: Callable[[], Awaitable[None]] | None = None,
+    local: LocalSupervisor | None = None,
 ) -> ToolCall:
     """The call once it has ended, or as it is after `seconds` (`inf`: until it ends).
 
-    A call running in this process is waited on through its task (no database read); any
-    other through the call's channel-layer group (pushed by whoever ends it), re-reading the
-    row on every wake and at least every second, so a missed message costs at most a second.
+    A call running in this process (`local.running`) is waited on through its task (no
+    database read); any other through the call's channel-layer group (pushed by whoever ends
+    it), re-reading the row on every wake and at least every second, so a missed message
+    costs at most a second.
     A pending call past its expiry is expired here. `on_progress(progress, total, message)`
     gets the upstream server's progress while it runs; `on_heartbeat()` is called every
     HEARTBEAT seconds while it is pending (SPEC 13.3). A cancelled wait (the client went away)
@@ -326,7 +336,7 @@ async def wait(
     call_id = str(call.id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
-    task = _local.get(call_id)
+    task = local.running(call_id) if local is not None else None
     layer = get_channel_layer()
     # A run in this process that nobody wants progress of ends through its task alone.
     channel = await layer.new_channel() if task is None or on_progress is not None else None
@@ -340,7 +350,10 @@ async def wait(
             if reread:
                 # A pending call is re-read every second by each of its waiters: its status
                 # alone first (no ORM, no thread hop), the whole row once that has moved.
-                if call.status != "pending" or await db.read(store.status, call.id) != "pending":
+                if (
+                    call.status != CallStatus.PENDING
+                    or await db.read(store.status, call.id) != CallStatus.PENDING
+                ):
                     fresh = await db.run(_get, call.id)
                     if fresh is None:
                         return call
@@ -415,13 +428,20 @@ def _get(call_id) -> ToolCall | None:
     return ToolCall.objects.filter(id=call_id).first()
 
 
-async def respond(session_id: str, confirm_id: str, body: dict, who: str, authorize=None) -> ToolCall:
+async def respond(
+    session_id: str,
+    confirm_id: str,
+    body: dict,
+    who: str,
+    authorize=None,
+    local: LocalSupervisor | None = None,
+) -> ToolCall:
     """A person's reply to a pending confirmation, from any door (`/v1`, the pages): record it
     (`reply`), run the call when approved, and tell the inbox and the waiters. Raises
     ReplyError with the API's message and status."""
     call = await db.run(reply, session_id, confirm_id, body, who, authorize)
     if call.status == CallStatus.RUNNING:
-        await dispatch(call)
+        await dispatch(call, local)
     await announce(str(call.id))
     return call
 
@@ -606,15 +626,15 @@ def cancel(call_id) -> tuple[ToolCall, bool]:
     return call, True
 
 
-async def stop(call_id) -> ToolCall:
+async def stop(call_id, local: LocalSupervisor | None = None) -> ToolCall:
     """Cancel a pending or running call from any door (SPEC 6): a pending one ends here, a
-    running one is cancelled by the worker running it (here, or told on its channel), which
+    running one is cancelled by the worker running it (`local`, or told on its channel), which
     records the end. Raises CallError 404/409."""
     call, tell_owner = await db.run(cancel, call_id)
     if not tell_owner:
         await announce(str(call.id))
-    elif _runner is not None and call.worker == _runner.name:
-        _runner.cancel(str(call.id))
+    elif local is not None and call.worker == local.name:
+        local.cancel(str(call.id))
     else:
         await control.cancel_call(call)
     return call

@@ -1,9 +1,8 @@
-"""Channels consumers: the browser's live socket (status and pending pushes), and the
-supervisor's channel, whose handlers hand work to the supervisor without awaiting it."""
+"""The browser's live socket (status and pending pushes). The supervisor's own consumer is
+`supervisor/consumer.py`."""
 
 import logging
 
-from channels.consumer import AsyncConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from . import control
@@ -46,23 +45,3 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
         """The browser only listens; anything it sends is ignored."""
-
-
-class SupervisorConsumer(AsyncConsumer):
-    """Receives requests for the supervisor it was made for (`host.run` hands it over).
-    Handlers only hand over: the supervisor spawns a task, so no handler awaits MCP."""
-
-    def __init__(self, supervisor) -> None:
-        self.supervisor = supervisor
-
-    async def config_changed(self, message: dict) -> None:
-        self.supervisor.request_rescan()
-
-    async def call_run(self, message: dict) -> None:
-        self.supervisor.pick_up(message["call_id"])
-
-    async def call_cancel(self, message: dict) -> None:
-        self.supervisor.cancel(message["call_id"])
-
-    async def servers_reconnect(self, message: dict) -> None:
-        self.supervisor.spawn_reconnect(message.get("names"), message.get("reply"))

@@ -1,6 +1,6 @@
 """The web side's messages to the supervisors, through the channel layer. Web code never talks
 to MCP itself: it writes what is wanted in the database and says so here (or, for a call in
-the process that hosts its supervisor, through `calls.Runner`)."""
+the process that hosts its supervisor, through `calls.LocalSupervisor`)."""
 
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer

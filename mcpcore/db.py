@@ -302,13 +302,10 @@ def _settle(settled: list) -> None:
 
 
 def use_dedicated_threads() -> None:
-    """Called by the servers (the ASGI application, mcpworker). Elsewhere, in tests under
-    Django's test client for one, database work stays on asgiref's thread, which shares the
-    test's transaction, and nothing is cached."""
+    """Called by the process wiring of the servers (`mcpcore.runtime`: the ASGI application,
+    serve, mcpworker). Elsewhere, in tests under Django's test client for one, database work
+    stays on asgiref's thread, which shares the test's transaction."""
     global _executor, _writer, _views, _on_loop
-    from . import cache
-
-    cache.enable()  # servers keep tokens and tools in memory (see mcpcore.cache)
     if _writer is None:
         database = settings.DATABASES["default"]
         _writer = _Lane("agenvoy-db")

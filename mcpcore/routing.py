@@ -1,4 +1,5 @@
-"""Channels routes: the browser's live socket, and the supervisor's channel."""
+"""Channels routes: the browser's live socket (the supervisor's channel is routed by
+`supervisor/host.py`)."""
 
 from django.urls import path
 

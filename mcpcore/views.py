@@ -527,18 +527,18 @@ def tool_try(request: HttpRequest, name: str) -> HttpResponse:
     server = _get_server_or_404(name)
     tool = get_object_or_404(Tool, server=server, tool_name=request.POST.get("tool", ""))
     session_id = f"console-{request.user.get_username()}"[:200]
-    error, call = "", None
+    error, call, local = "", None, calls.local_supervisor(request)
     try:
         args = arguments_from(tool.input_schema, request.POST)
         call = calls.create(
-            None, request.user.get_username(), tool.registered_name, args, session_id, "confirm"
+            None, request.user.get_username(), tool.registered_name, args, session_id, "confirm", local=local
         )
     except ValueError as exc:
         error = str(exc)
     except calls.CallError as exc:
         error = exc.message
     if call is not None:
-        call = async_to_sync(_submit_and_wait)(call)
+        call = async_to_sync(_submit_and_wait)(call, local)
     if request.htmx:
         if error:
             return _fragment(
@@ -551,11 +551,11 @@ def tool_try(request: HttpRequest, name: str) -> HttpResponse:
     return redirect("call-detail", call.id)
 
 
-async def _submit_and_wait(call: ToolCall) -> ToolCall:
+async def _submit_and_wait(call: ToolCall, local: calls.LocalSupervisor | None) -> ToolCall:
     """The call path's last two steps for try-it: a running call is shown once it ended (or
     as it is after TRY_WAIT), a pending one at once."""
-    await calls.submit(call)
-    return await calls.wait(call, TRY_WAIT if call.status == CallStatus.RUNNING else 0)
+    await calls.submit(call, local)
+    return await calls.wait(call, TRY_WAIT if call.status == CallStatus.RUNNING else 0, local=local)
 
 
 # --- pending confirmations --------------------------------------------------------------------
@@ -589,7 +589,11 @@ def pending_reply(request: HttpRequest, confirm_id: str) -> HttpResponse:
         body = form.body()
         try:
             call = async_to_sync(calls.respond)(
-                form.cleaned_data["session_id"], confirm_id, body, request.user.get_username()
+                form.cleaned_data["session_id"],
+                confirm_id,
+                body,
+                request.user.get_username(),
+                local=calls.local_supervisor(request),
             )
         except calls.CallError as exc:
             messages.error(request, f"Not applied: {exc.message}.")

@@ -38,8 +38,9 @@ async def test_it_tells_only_the_waiters_when_a_running_call_ends():
     pending_channel, call_channel = await layer.new_channel(), await layer.new_channel()
     await layer.group_add(control.PENDING, pending_channel)
     await layer.group_add(control.call_group(str(call.id)), call_channel)
-    # A supervisor that holds no session: the call ends at once with an error.
-    sup = types.SimpleNamespace(sessions={}, _stop=asyncio.Event(), name="w")
+    # A supervisor (a session.SessionHost) that holds no session: the call ends at once with
+    # an error.
+    sup = types.SimpleNamespace(session=lambda _name: None, stopping=False, name="w")
     final = await runner.run_claimed(sup, call)
     assert final.status == "error"
     assert [m["type"] for m in await _messages(call_channel)] == ["call.changed"]

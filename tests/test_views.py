@@ -607,7 +607,7 @@ def test_it_tries_an_allowed_tool_at_once_and_shows_the_result(signed_in, every,
     monkeypatch.setattr(views, "TRY_WAIT", 0.05)
     dispatched = []
 
-    async def fake_dispatch(call):
+    async def fake_dispatch(call, local=None):
         dispatched.append(call.id)
         await __import__("asgiref.sync").sync.sync_to_async(calls.finish)(
             call.id, "done", json.dumps({"image_0": PNG_URL, "text": "a picture"})

@@ -107,7 +107,7 @@ def mcp_status(request: HttpRequest) -> JsonResponse:
 
 @api_view(("GET",))
 def mcp_instructions(request: HttpRequest) -> JsonResponse:
-    from ..supervisor.registry import instructions_block
+    from ..instructions import instructions_block
 
     pairs = list(Server.objects.filter(enabled=True).values_list("name", "instructions"))
     return JsonResponse({"text": instructions_block(pairs)})
@@ -159,6 +159,7 @@ def _create_call(request: HttpRequest):
             body.get("arguments"),
             body.get("session_id"),
             body.get("mode"),
+            local=calls.local_supervisor(request),
         )
     except calls.CallError as exc:
         raise ApiError(exc.message, exc.status) from None
@@ -168,9 +169,9 @@ def _create_call(request: HttpRequest):
 async def mcp_call(request: HttpRequest) -> JsonResponse:
     from .. import calls
 
-    call, wait = request.prepared, request.wait_seconds
-    await calls.submit(call)
-    return _answer(await _until_gone(request, calls.wait(call, wait), wait))
+    call, wait, local = request.prepared, request.wait_seconds, calls.local_supervisor(request)
+    await calls.submit(call, local)
+    return _answer(await _until_gone(request, calls.wait(call, wait, local=local), wait))
 
 
 def _answer(call, full: bool = False) -> JsonResponse:
@@ -198,7 +199,7 @@ async def _call_answer(request: HttpRequest, call_id, wait: float, full: bool = 
     call = await calls.get(call_id)
     if call is None:
         raise ApiError("call not found", 404)
-    call = await _until_gone(request, calls.wait(call, wait), wait)
+    call = await _until_gone(request, calls.wait(call, wait, local=calls.local_supervisor(request)), wait)
     return _answer(call, full) if call is not None else JsonResponse({}, status=202)
 
 
@@ -224,7 +225,7 @@ async def mcp_call_cancel(request: HttpRequest, call_id: str) -> JsonResponse:
 
     cid = _uuid_or_404(call_id, "call not found")
     try:
-        await calls.stop(cid)
+        await calls.stop(cid, calls.local_supervisor(request))
     except calls.CallError as exc:
         raise ApiError(exc.message, exc.status) from None
     return JsonResponse({"ok": True})
@@ -247,7 +248,14 @@ async def confirm(request: HttpRequest, session_id: str, confirm_id: str) -> Jso
     body = json_body(request)
     token = request.api_token
     try:
-        await calls.respond(session_id, confirm_id, body, _who(request), lambda c: reply_refusal(token, c))
+        await calls.respond(
+            session_id,
+            confirm_id,
+            body,
+            _who(request),
+            lambda c: reply_refusal(token, c),
+            local=calls.local_supervisor(request),
+        )
     except calls.CallError as exc:
         raise ApiError(exc.message, exc.status) from None
     return JsonResponse({"ok": True})

@@ -1,10 +1,8 @@
 """The console as an MCP server (SPEC 13): `/mcp`, `/mcp/<server>` and `/mcp/_permission`,
-served by the `mcp` SDK's server side. Besides `supervisor/`, the only code that imports `mcp`.
+served by the `mcp` SDK's server side. The process wiring (`mcpcore.runtime`) makes one
+`McpEndpoint` per process, mounts it, and shuts it down when the process stops.
 """
 
 from .app import McpEndpoint, McpRouter
 
-__all__ = ["McpEndpoint", "McpRouter", "endpoint"]
-
-# One per process: the ASGI application mounts it, and `serve` stops it on shutdown.
-endpoint = McpEndpoint()
+__all__ = ["McpEndpoint", "McpRouter"]

@@ -1,7 +1,7 @@
 """The ASGI side of the MCP endpoints: bearer token before anything MCP, the view from the
 path, and the SDK's streamable-HTTP session manager, whose `run()` is kept open by a
 long-lived task (Daphne has no ASGI lifespan): started by the first request, stopped by
-`shutdown()` from `serve`.
+`shutdown()` from the process wiring (`mcpcore.runtime.Runtime.stop`).
 """
 
 import asyncio

@@ -20,8 +20,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import calls, db, names
 from ..choices import CallStatus, Mode, ServerState, Via
+from ..instructions import instructions_block
 from ..models import ApiToken, Server, Tool, ToolCall
-from ..supervisor.registry import instructions_block
 
 log = logging.getLogger("mcpcore.mcpserver")
 
@@ -46,6 +46,11 @@ def caller(ctx) -> tuple[ApiToken, str]:
     """The token and the view of the HTTP request this MCP request came in."""
     scope = ctx.request.scope
     return scope[TOKEN_KEY], scope[VIEW_KEY]
+
+
+def local_of(ctx) -> calls.LocalSupervisor | None:
+    """The supervisor of this process, as the HTTP request this MCP request came in carries it."""
+    return calls.local_supervisor(ctx.request)
 
 
 def is_modern(ctx) -> bool:
@@ -151,15 +156,16 @@ async def _call_tool(ctx, params) -> dict:
     token, view = caller(ctx)
     if view == PERMISSION:
         return await _permission_prompt(ctx, params, token)
+    local = local_of(ctx)
     try:
         call = await db.write(
-            _create, token, view, params.name, params.arguments or {}, session_of(ctx, token)
+            _create, token, view, params.name, params.arguments or {}, session_of(ctx, token), local
         )
     except calls.CallError as exc:
         if exc.status == 404:
             raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name}") from None
         return text_result(exc.message, True)
-    await calls.submit(call)
+    await calls.submit(call, local)
     call = await hold(ctx, call)
     return await call_result(call)
 
@@ -177,12 +183,14 @@ def registered_of(view: str, name: str) -> str | None:
     return None
 
 
-def _create(token, view: str, name: str, arguments: dict, session_id: str) -> ToolCall:
+def _create(token, view: str, name: str, arguments: dict, session_id: str, local=None) -> ToolCall:
     """The call of the tool behind the exposed name, through the gate (one database hop)."""
     registered = registered_of(view, name)
     if registered is not None:
         try:
-            return calls.create(token, "", registered, arguments, session_id, Mode.CONFIRM, via=Via.MCP)
+            return calls.create(
+                token, "", registered, arguments, session_id, Mode.CONFIRM, via=Via.MCP, local=local
+            )
         except calls.CallError as exc:
             if exc.status != 404:
                 raise
@@ -190,7 +198,9 @@ def _create(token, view: str, name: str, arguments: dict, session_id: str) -> To
     tool = find_tool(view, name)
     if tool is None or tool.registered_name == registered:
         raise calls.CallError(f"unknown tool: {name}", 404)
-    return calls.create(token, "", tool.registered_name, arguments, session_id, Mode.CONFIRM, via=Via.MCP)
+    return calls.create(
+        token, "", tool.registered_name, arguments, session_id, Mode.CONFIRM, via=Via.MCP, local=local
+    )
 
 
 def _declares_output(registered: str) -> bool:
@@ -260,6 +270,7 @@ async def hold(ctx, call: ToolCall) -> ToolCall:
 
     key = None
     sid = None if is_modern(ctx) else ctx.request.headers.get("mcp-session-id")
+    local = local_of(ctx)
     done = False
     try:
         with anyio.CancelScope() as scope:
@@ -271,6 +282,7 @@ async def hold(ctx, call: ToolCall) -> ToolCall:
                 math.inf,
                 on_progress=progress if wants_progress else None,
                 on_heartbeat=heartbeat if wants_progress else None,
+                local=local,
             )
             done = True
         if not done:
@@ -280,15 +292,15 @@ async def hold(ctx, call: ToolCall) -> ToolCall:
             INFLIGHT.discard(key)
         if not done:
             with anyio.CancelScope(shield=True):
-                await _abandon(call)
+                await _abandon(call, local)
                 call = await calls.get(call.id) or call
     return call
 
 
-async def _abandon(call: ToolCall) -> None:
+async def _abandon(call: ToolCall, local: calls.LocalSupervisor | None) -> None:
     """Nobody waits for this call any more: cancel it (SPEC 13.3)."""
     try:
-        await calls.stop(call.id)
+        await calls.stop(call.id, local)
     except calls.CallError:
         return  # it ended meanwhile
     except Exception:
@@ -313,7 +325,7 @@ async def _permission_prompt(ctx, params, token: ApiToken) -> dict:
         )
     except calls.CallError as exc:
         return text_result(exc.message, True)
-    await calls.submit(call)
+    await calls.submit(call, local_of(ctx))
     # A reply ends a permission prompt at once (nothing runs): the answer is how it ended.
     call = await hold(ctx, call)
     return text_result(json.dumps(calls.permission_answer(call)), False)

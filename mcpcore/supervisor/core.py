@@ -1,9 +1,11 @@
 """The supervisor: leases, server sessions, tool calls, confirmation expiry, file watching.
 
 Web code reaches it only through the database, the channel-layer messages the
-SupervisorConsumer hands over here, and, in the process that hosts it (`serve`), the small
-interface of `calls.Runner` (`holds`, `run`, `pick_up`, `cancel`), handed to `calls.attach`
-by the process wiring. Everything here runs on one event loop.
+SupervisorConsumer (`consumer.py`) hands over here, and, in the process that hosts it
+(`serve`), the small interface of `calls.LocalSupervisor` (`holds`, `run`, `pick_up`,
+`cancel`, `running`), which the process wiring (`mcpcore.runtime`) puts in each request's
+ASGI scope. Its sessions and the call runner reach it through `session.SessionHost`.
+Everything here runs on one event loop.
 """
 
 import asyncio
@@ -32,7 +34,14 @@ TICK = 1.0
 
 
 class Supervisor:
-    """Hosts the sessions of the servers this worker holds a lease on."""
+    """Hosts the sessions of the servers this worker holds a lease on.
+
+    Who holds a server: `Server.owner` (the lease, in the database) is the truth, for every
+    process. `sessions` is this worker's ServerSession for each of those rows and nothing
+    else: every tick sets its keys to the servers whose lease `_leases` just renewed or took,
+    and `holds()` answers from it. Which calls run in this process: `calls`, the task of
+    each call this worker runs (`running()` hands one to the call path), and nothing else.
+    """
 
     def __init__(self, exclusive: bool = True, name: str | None = None) -> None:
         # exclusive: the only supervisor (embedded serve); it takes every lease at once.
@@ -139,6 +148,19 @@ class Supervisor:
         """Whether this worker holds the server's session (read from any thread)."""
         return server_name in self.sessions
 
+    def running(self, call_id: str) -> asyncio.Task | None:
+        """The task of a call running here (its result: the ended call, or None)."""
+        return self.calls.get(call_id)
+
+    # --- what its sessions and the call runner need (session.SessionHost) -------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def session(self, server_name: str) -> ServerSession | None:
+        return self.sessions.get(server_name)
+
     def cancel(self, call_id: str) -> bool:
         """Cancel a call running here; its task records it `cancelled`."""
         task = self.calls.get(call_id)
@@ -212,8 +234,9 @@ class Supervisor:
 
     def _leases(self) -> tuple[set[str], dict[str, str], int, dict[str, str]]:
         """Renew our leases and take free or expired ones (a fair share when others are alive).
-        Claims are conditional updates. Returns the servers held, their config hashes, the fair
-        share, and every server's config hash.
+        Claims are conditional updates. Returns the servers we hold (a removed server's row is
+        gone, so it is not among them), their config hashes, our fair share, and every server's
+        config hash.
 
         The only supervisor (embedded `serve`) has no one to share with: it writes nothing
         here on an ordinary tick, only when it takes a new server.

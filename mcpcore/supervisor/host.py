@@ -7,7 +7,7 @@ from channels.layers import get_channel_layer
 from channels.routing import ChannelNameRouter
 from channels.worker import Worker
 
-from ..consumers import SupervisorConsumer
+from .consumer import SupervisorConsumer
 from .core import Supervisor
 
 log = logging.getLogger("mcpcore.supervisor")

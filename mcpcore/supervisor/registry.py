@@ -123,15 +123,3 @@ def replace_tools(server_name: str, rows: list[dict], sig: str, warnings: list[s
         )
         files.sync_pins(files.current_allow(), prefix=server.prefix)
     return True
-
-
-def instructions_block(servers: list[tuple[str, str]]) -> str:
-    """The system-prompt block of SPEC 6 from (server, instructions) pairs."""
-    items = sorted(((n, t.strip()) for n, t in servers if t and t.strip()), key=lambda x: x[0].encode())
-    if not items:
-        return ""
-    head = (
-        "## MCP Server Instructions\n\nEach block below is the operating contract of one MCP "
-        "server: follow it when you use that server's tools.\n"
-    )
-    return head + "".join(f"\n### {name}\n\n{text}\n" for name, text in items)

@@ -11,7 +11,7 @@ from django.conf import settings
 from .. import calls, control, db, gate, results
 from ..choices import CallStatus, Via
 from ..models import ToolCall
-from .session import describe, is_session_lost
+from .session import SessionHost, describe, is_session_lost
 
 log = logging.getLogger("mcpcore.supervisor")
 
@@ -20,20 +20,20 @@ class CallTimeout(Exception):
     pass
 
 
-async def run_call(sup, call_id: str) -> ToolCall | None:
+async def run_call(sup: SessionHost, call_id: str) -> ToolCall | None:
     """Claim a recorded, approved call (`calls.claim`), then run it."""
     call = await db.run(calls.claim, call_id, sup.name)
     return await run_claimed(sup, call) if call is not None else None
 
 
-async def run_claimed(sup, call: ToolCall) -> ToolCall | None:
+async def run_claimed(sup: SessionHost, call: ToolCall) -> ToolCall | None:
     """Run a call this worker has claimed; store and announce its end, and return the call as
     stored (None when it was ended meanwhile by someone else, say a cancel)."""
     call_id = str(call.id)
     try:
         status, text, extra = await _execute(sup, call)
     except asyncio.CancelledError:
-        stopping = sup._stop.is_set()
+        stopping = sup.stopping
         status, text = (
             (CallStatus.INTERRUPTED, calls.INTERRUPTED) if stopping else (CallStatus.CANCELLED, "cancelled")
         )
@@ -41,7 +41,7 @@ async def run_claimed(sup, call: ToolCall) -> ToolCall | None:
         await calls.announce(call_id, pending=False)
         raise
     except Exception as exc:  # a failure of this call is this call's error, nothing more
-        session = sup.sessions.get(call.server_name)
+        session = sup.session(call.server_name)
         problem = session.describe(exc) if session is not None else describe(exc)
         log.warning("call %s (%s) failed: %s", call_id, call.tool_name, problem)
         status, text, extra = CallStatus.ERROR, f"tool error: {problem}", {"is_error": True}
@@ -50,8 +50,8 @@ async def run_claimed(sup, call: ToolCall) -> ToolCall | None:
     return stored
 
 
-async def _execute(sup, call: ToolCall) -> tuple[str, str, dict]:
-    session = sup.sessions.get(call.server_name)
+async def _execute(sup: SessionHost, call: ToolCall) -> tuple[str, str, dict]:
+    session = sup.session(call.server_name)
     if session is None:
         return (
             CallStatus.ERROR,

@@ -5,10 +5,13 @@ client while `ready` is set; a session is published only after its handshake and
 """
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
 import uuid
+from collections.abc import Callable
+from typing import IO, Protocol
 
 import anyio
 from django.conf import settings
@@ -25,6 +28,30 @@ PAGE_CAP = 100
 DEBOUNCE = 0.2
 BACKOFF_START = 5.0
 BACKOFF_MAX = 300.0
+
+
+class SessionHost(Protocol):
+    """What a ServerSession and the call runner (`runner.py`) need of the supervisor that
+    holds them (implemented by `core.Supervisor`):
+
+    - `name`: the worker's name (tags its stdio processes, claims its calls);
+    - `stopping`: whether it is shutting down (a call cut short then is interrupted, not
+      cancelled);
+    - `session(server_name)`: the session it holds for that server, else None;
+    - `errlog(server_name)`: the file a stdio server's stderr goes to;
+    - `connect_slot()`: one of the few places for connecting (see `Supervisor.connect_slot`).
+    """
+
+    name: str
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def session(self, server_name: str) -> "ServerSession | None": ...
+
+    def errlog(self, server_name: str) -> IO[str]: ...
+
+    def connect_slot(self) -> contextlib.AbstractAsyncContextManager[Callable[[], None]]: ...
 
 
 class SessionLost(Exception):
@@ -78,7 +105,7 @@ def _not_supported(exc: BaseException) -> bool:
 class ServerSession:
     """Keeps one server connected and its tools registered until stopped."""
 
-    def __init__(self, supervisor, name: str) -> None:
+    def __init__(self, supervisor: SessionHost, name: str) -> None:
         self.sup = supervisor
         self.name = name
         self.client: Client | None = None

@@ -1,14 +1,11 @@
 import asyncio
-import logging
 import signal
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from mcpcore import db
-from mcpcore.supervisor import Supervisor, host
-
-log = logging.getLogger("mcpcore.worker")
+from mcpcore.runtime import Runtime
+from mcpcore.supervisor import Supervisor
 
 
 class Command(BaseCommand):
@@ -23,19 +20,16 @@ class Command(BaseCommand):
         from .serve import tune_gil
 
         tune_gil()
-        db.use_dedicated_threads()
-        asyncio.run(self._main(name))
+        asyncio.run(self._main(Runtime(Supervisor(exclusive=False, name=name))))
 
-    async def _main(self, name):
-        sup = Supervisor(exclusive=False, name=name)
-        task = asyncio.ensure_future(host.run(sup))
+    async def _main(self, runtime: Runtime):
+        await runtime.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        self.stdout.write(f"mcpworker {sup.name} started\n")
+        self.stdout.write(f"mcpworker {runtime.supervisor.name} started\n")
         self.stdout.flush()
         await stop.wait()
         # A graceful stop hands every server back at once, so others take them over.
-        await asyncio.wait_for(sup.stop(), 10)
-        task.cancel()
+        await runtime.stop(timeout=10)

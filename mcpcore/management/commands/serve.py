@@ -2,59 +2,35 @@
 import daphne.server  # noqa: I001  isort:skip
 
 import asyncio
-import logging
 import sys
 
 import daphne.http_protocol
 from django.core.management.base import BaseCommand
 from twisted.internet import defer, reactor
 
-from mcpcore.supervisor import Supervisor, host
-
-log = logging.getLogger("mcpcore.serve")
+from mcpcore.runtime import Runtime
+from mcpcore.supervisor import Supervisor
 
 
 class EmbeddedServer(daphne.server.Server):
     """Daphne plus the MCP supervisor on the same event loop (Daphne has no ASGI lifespan).
 
-    The supervisor starts when the reactor runs, so pages answer while servers connect; on
-    shutdown (SIGTERM, Ctrl-C) it is stopped first, closing every MCP session and process.
+    The process's Runtime starts when the reactor runs, so pages answer while servers
+    connect; on shutdown (SIGTERM, Ctrl-C) it is stopped first, closing every MCP client's
+    stream, then every MCP session and process.
     """
 
-    def run(self):
-        from django.conf import settings
+    def __init__(self, runtime: Runtime, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.runtime = runtime
 
-        # Alone on the in-memory layer it owns every server; beside other workers (Redis) it
-        # is one worker among them.
-        self.supervisor = Supervisor(exclusive=not settings.REDIS_URL)
-        self._host_task = None
-        reactor.callWhenRunning(self._start_supervisor)
-        reactor.addSystemEventTrigger("before", "shutdown", self._stop_supervisor)
+    def run(self):
+        reactor.callWhenRunning(lambda: asyncio.ensure_future(self.runtime.start()))
+        reactor.addSystemEventTrigger("before", "shutdown", self._stop_runtime)
         super().run()
 
-    def _start_supervisor(self):
-        from mcpcore import calls
-
-        # The web side of this process runs calls for servers it holds directly (calls.Runner).
-        calls.attach(self.supervisor)
-        self._host_task = asyncio.ensure_future(host.run(self.supervisor))
-
-    def _stop_supervisor(self):
-        async def stop():
-            from mcpcore import calls
-            from mcpcore.mcpserver import endpoint
-
-            # MCP clients' streams first (their held calls end as cancelled), then the servers.
-            await endpoint.shutdown()
-            calls.attach(None)
-            try:
-                await asyncio.wait_for(self.supervisor.stop(), 4)
-            except Exception:
-                log.exception("supervisor stop failed")
-            if self._host_task is not None:
-                self._host_task.cancel()
-
-        return defer.Deferred.fromFuture(asyncio.ensure_future(stop()))
+    def _stop_runtime(self):
+        return defer.Deferred.fromFuture(asyncio.ensure_future(self.runtime.stop(timeout=4)))
 
 
 class WebRequest(daphne.http_protocol.WebRequest):
@@ -71,15 +47,16 @@ class WebRequest(daphne.http_protocol.WebRequest):
 daphne.http_protocol.WebRequest = WebRequest
 
 
-def application():
-    from agenvoy_site.asgi import application as app
-
-    return app
-
-
 def run_embedded(host_addr: str, port: int, stdout=None) -> None:
+    from django.conf import settings
+    from django.core.asgi import get_asgi_application
+
+    # Alone on the in-memory layer it owns every server; beside other workers (Redis) it
+    # is one worker among them.
+    runtime = Runtime(Supervisor(exclusive=not settings.REDIS_URL))
     server = EmbeddedServer(
-        application=application(),
+        runtime,
+        application=runtime.application(get_asgi_application()),
         endpoints=[f"tcp:port={port}:interface={host_addr}"],
         signal_handlers=True,
         action_logger=None,

@@ -1,0 +1,86 @@
+"""The one place that wires a process: the ASGI application (`agenvoy_site/asgi.py`, for a web
+process under any ASGI server), the one-process console (`serve`), and a supervisor worker
+(`mcpworker`).
+
+    process = Runtime(supervisor)          # or Runtime() for a web process without one
+    app = process.application(django_app)  # the ASGI application (web processes)
+    await process.start()                  # host the supervisor on the running loop
+    await process.stop(timeout)            # MCP clients' streams, then the supervisor
+
+A Runtime switches this process's database work to mcpcore.db's long-lived threads and turns
+mcpcore.cache on (servers keep tokens and tools in memory). While it hosts a supervisor, every
+HTTP request carries it in its ASGI scope (`calls.LOCAL`): that is how the call path of this
+process reaches it, as a `calls.LocalSupervisor`, and nothing else in the web side holds it.
+"""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from channels.auth import AuthMiddlewareStack
+from channels.routing import ProtocolTypeRouter, URLRouter
+from channels.security.websocket import AllowedHostsOriginValidator
+
+from . import cache, calls, db, routing
+from .api.handler import ApiHandler, ApiRouter
+from .mcpserver import McpEndpoint, McpRouter
+from .staticserve import StaticFiles
+from .supervisor import Supervisor, host
+
+log = logging.getLogger("mcpcore.runtime")
+
+ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[Any]]
+
+
+class Runtime:
+    """One process's wiring: its database threads, its MCP endpoint, and the supervisor it
+    hosts (None in a web process beside `mcpworker`s, or under a plain ASGI server)."""
+
+    def __init__(self, supervisor: Supervisor | None = None) -> None:
+        db.use_dedicated_threads()
+        cache.enable()
+        self.supervisor = supervisor
+        self.endpoint: McpEndpoint | None = None
+        # The supervisor as requests see it: set once it is hosted, cleared first on stop.
+        self._local: Supervisor | None = None
+        self._host: asyncio.Task | None = None
+
+    def application(self, site: ASGIApp) -> ASGIApp:
+        """The ASGI application: `/mcp` through the MCP SDK's server side, `/v1` through a
+        middleware-free Django handler, pages through `site` (the full Django handler),
+        WebSockets through Channels routing, static files served directly."""
+        self.endpoint = McpEndpoint()
+        http = McpRouter(self.endpoint, ApiRouter(ApiHandler(), site))
+        websocket = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(routing.websocket_urlpatterns)))
+
+        async def with_local(scope: dict, receive, send) -> None:
+            local = self._local
+            if local is not None:
+                scope = {**scope, calls.LOCAL: local}
+            await http(scope, receive, send)
+
+        return StaticFiles(ProtocolTypeRouter({"http": with_local, "websocket": websocket}))
+
+    async def start(self) -> None:
+        """Host the supervisor (if any) on the running loop: it starts in a task, so pages
+        answer while its servers connect, and calls of this process reach it from now on."""
+        if self.supervisor is None or self._host is not None:
+            return
+        self._local = self.supervisor
+        self._host = asyncio.ensure_future(host.run(self.supervisor))
+
+    async def stop(self, timeout: float) -> None:
+        """MCP clients' streams first (their held calls end as cancelled), then the supervisor
+        within `timeout` seconds: every session and stdio process closed, leases given back."""
+        if self.endpoint is not None:
+            await self.endpoint.shutdown()
+        self._local = None
+        if self.supervisor is None:
+            return
+        try:
+            await asyncio.wait_for(self.supervisor.stop(), timeout)
+        except Exception:
+            log.exception("supervisor stop failed")
+        if self._host is not None:
+            self._host.cancel()

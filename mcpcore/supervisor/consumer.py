@@ -1,0 +1,26 @@
+"""The supervisor's Channels consumer: requests that reach a supervisor on its channel
+(`host.run` feeds it), handed over without awaiting MCP."""
+
+from channels.consumer import AsyncConsumer
+
+from .core import Supervisor
+
+
+class SupervisorConsumer(AsyncConsumer):
+    """Receives requests for the supervisor it was made for (`host.run` hands it over).
+    Handlers only hand over: the supervisor spawns a task, so no handler awaits MCP."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+
+    async def config_changed(self, message: dict) -> None:
+        self.supervisor.request_rescan()
+
+    async def call_run(self, message: dict) -> None:
+        self.supervisor.pick_up(message["call_id"])
+
+    async def call_cancel(self, message: dict) -> None:
+        self.supervisor.cancel(message["call_id"])
+
+    async def servers_reconnect(self, message: dict) -> None:
+        self.supervisor.spawn_reconnect(message.get("names"), message.get("reply"))
