@@ -29,7 +29,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import allowlist, cache, control, db, files, gate, rules, store
+from . import allowlist, cache, control, db, files, gate, rules, schemas, store
 from .models import (
     AllowEntry,
     ApiToken,
@@ -85,6 +85,15 @@ class CallError(Exception):
         super().__init__(message)
         self.message = message
         self.status = status
+
+
+def checked[M: schemas.Contract](model: type[M], data: dict, error: type["CallError"] | None = None) -> M:
+    """`data` as `model` (the input contract, mcpcore.schemas); its first error is raised as
+    `error` (CallError) with status 400."""
+    try:
+        return model.check(data)
+    except schemas.InputError as exc:
+        raise (error or CallError)(exc.message, 400) from None
 
 
 INTERRUPTED = "interrupted: the console stopped while the call was running"
@@ -149,27 +158,11 @@ def create(
     its server, already claimed by it (nobody else can see the row before it is committed, so
     this claim needs no condition), else unclaimed, for `claim` by the server's owner.
     """
-    if not isinstance(name, str) or not name.strip():
-        raise CallError("name is required", 400)
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict):
-        raise CallError("arguments must be a JSON object", 400)
-    try:
-        # What can't be sent as UTF-8 JSON would break the server's session for every caller.
-        json.dumps(arguments, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except (ValueError, UnicodeError, RecursionError):
-        raise CallError(
-            "arguments must be JSON that can be sent as UTF-8 (no lone surrogates, NaN or Infinity)", 400
-        ) from None
-    if session_id is not None and (
-        not isinstance(session_id, str) or not session_id.strip() or len(session_id) > 200
-    ):
-        raise CallError("session_id must be a non-empty string of at most 200 characters", 400)
-    norm = gate.normalize_mode(mode)
-    if norm is None:
-        raise CallError(f"unknown mode: {mode}", 400)
-    tool = cache.tool(name.strip())
+    request = checked(
+        schemas.CallRequest, {"name": name, "arguments": arguments, "session_id": session_id, "mode": mode}
+    )
+    arguments, norm = request.arguments, request.mode
+    tool = cache.tool(request.name.strip())
     if tool is None:
         raise CallError(f"unknown tool: {name}", 404)
     server = tool.server
@@ -177,7 +170,7 @@ def create(
         raise CallError(f"server {server.name} is not connected: {server.last_error or server.state}", 503)
     if norm == "auto" and token is not None and not token.may_auto:
         raise CallError("this token may not use auto mode", 403)
-    session_id = session_id.strip() if isinstance(session_id, str) else time_ordered_uuid().hex
+    session_id = request.session_id or time_ordered_uuid().hex
 
     @functools.cache
     def changed() -> bool:
@@ -457,20 +450,16 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
         raise ReplyError("confirmation not found", 404)
     if authorize is not None:
         authorize(call)
-    for key in ("approve", "remember", "allow_turn", "abort"):
-        if key in body and not isinstance(body[key], bool):
-            raise ReplyError(f"{key} must be true or false", 400)
-    reason = body.get("reason") or ""
-    if not isinstance(reason, str):
-        raise ReplyError("reason must be a string", 400)
+    answer = checked(schemas.Reply, body, ReplyError)
+    reason = answer.reason
     now = timezone.now()
     if call.status == "pending" and call.expires_at and call.expires_at <= now:
         expire(call.id)
         raise ReplyError("confirmation already resolved or expired", 410)
     pending = ToolCall.objects.filter(id=call.id, status="pending")
     decided = {"decided_by": who, "decided_at": now}
-    if body.get("abort") or not body.get("approve"):
-        aborted = bool(body.get("abort"))
+    if answer.abort or not answer.approve:
+        aborted = answer.abort
         changed = pending.update(
             status="aborted" if aborted else "skipped",
             decision="abort" if aborted else "deny",
@@ -480,7 +469,7 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
             **decided,
         )
     else:
-        decision = "remember" if body.get("remember") else "session" if body.get("allow_turn") else "approve"
+        decision = "remember" if answer.remember else "session" if answer.allow_turn else "approve"
         prompt = call.is_permission_prompt
         with transaction.atomic():
             if prompt:  # nothing to run: the approval is the answer
@@ -488,12 +477,12 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
                 changed = pending.update(decision=decision, **ended, **decided)
             else:
                 changed = pending.update(status="running", decision=decision, **decided)
-            if changed and body.get("allow_turn"):
+            if changed and answer.allow_turn:
                 # Bound to the token that made the call (SPEC 12.2), not to whoever replied.
                 SessionAllowance.objects.create(session_id=session_id, token_id=call.token_id, granted_by=who)
-            if changed and prompt and body.get("remember"):
+            if changed and prompt and answer.remember:
                 remember_permission(call.token, call.tool_name, who)
-        if changed and body.get("remember") and not prompt:
+        if changed and answer.remember and not prompt:
             try:
                 files.add_allow_entry(call.tool_name, repin=True)
             except files.ConfigFileError as exc:
@@ -609,22 +598,11 @@ def create_permission_prompt(
 ) -> ToolCall:
     """Record a permission prompt: already allowed (status `done`, decision `remember` or
     `session`) when a grant or a session allowance of this token covers it, else pending."""
-    if not isinstance(tool_name, str) or not tool_name.strip():
-        raise CallError("tool_name must be a non-empty string", 400)
-    if len(tool_name) > 700:
-        raise CallError("tool_name must be at most 700 characters", 400)
-    if not isinstance(tool_input, dict):
-        raise CallError("input must be a JSON object", 400)
-    try:
-        json.dumps(tool_input, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except (ValueError, UnicodeError, RecursionError):
-        raise CallError(
-            "input must be JSON that can be sent as UTF-8 (no lone surrogates, NaN or Infinity)", 400
-        ) from None
-    if tool_use_id is not None and not isinstance(tool_use_id, str):
-        raise CallError("tool_use_id must be a string", 400)
-    if not isinstance(session_id, str) or not session_id.strip() or len(session_id) > 200:
-        raise CallError("session_id must be a non-empty string of at most 200 characters", 400)
+    prompt = checked(
+        schemas.PromptRequest,
+        {"tool_name": tool_name, "input": tool_input, "tool_use_id": tool_use_id, "session_id": session_id},
+    )
+    tool_name, tool_input, session_id = prompt.tool_name, prompt.input, prompt.session_id
     now = timezone.now()
     call = ToolCall(
         kind=ToolCall.PERMISSION_PROMPT,

@@ -7,13 +7,14 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import cache, db
+from .. import cache, db, schemas
 from ..models import ApiToken, ToolCall
 
 log = logging.getLogger("mcpcore.api")
@@ -26,6 +27,15 @@ class ApiError(Exception):
         super().__init__(message)
         self.message = message
         self.status = status
+
+
+class ApiRequest(HttpRequest):
+    """A `/v1` request as its view gets it from `api_view`."""
+
+    api_token: ApiToken  # the caller's token (auth passed, its rights checked)
+    prepared: Any  # what `api_view(prepare=...)` returned
+    wait_seconds: float  # `POST /v1/mcp/call`: how long to wait for the call's end
+    client_gone: "asyncio.Future[None]"  # done when the client went away (api.handler only)
 
 
 def error(message: str, status: int) -> JsonResponse:
@@ -193,8 +203,9 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
     before it writes); its result is `request.prepared`. The call path uses it so that a call
     costs one trip before it runs.
 
-    The view gets the token as `request.api_token`; ApiError becomes its JSON answer, and any
-    other exception a logged 500 without details (never a traceback in the answer).
+    The view gets an `ApiRequest` (the token as `request.api_token`); ApiError and the input
+    contract's InputError (`mcpcore.schemas`) become its JSON answer, and any other exception
+    a logged 500 without details (never a traceback in the answer).
     """
 
     def wrap(view: Callable) -> Callable:
@@ -220,7 +231,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
             if denied is None:
                 try:
                     request.prepared = prepare(request)
-                except ApiError as exc:
+                except (ApiError, schemas.InputError) as exc:
                     return error(exc.message, exc.status)
             return denied
 
@@ -236,7 +247,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
                     return denied
                 try:
                     return await view(request, *args, **kwargs)
-                except ApiError as exc:
+                except (ApiError, schemas.InputError) as exc:
                     return error(exc.message, exc.status)
                 except Exception:
                     log.exception("unhandled error in %s", request.path)
@@ -250,7 +261,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
                     if denied is not None:
                         return denied
                     return view(request, *args, **kwargs)
-                except ApiError as exc:
+                except (ApiError, schemas.InputError) as exc:
                     return error(exc.message, exc.status)
                 except Exception:
                     log.exception("unhandled error in %s", request.path)
