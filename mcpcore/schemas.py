@@ -9,7 +9,7 @@ in the order they are declared (a subclass's after its bases', bases right to le
 first error wins, so the order of the fields is the order of the checks.
 
 Pure: no Django, no `mcp`. Adding a body is one `Contract` subclass here, one `check` in its
-door, and one line in `api/openapi.py`.
+door, and its operation in `api/openapi.py` (beside its right in `api/auth.RIGHTS`).
 """
 
 import json
@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     GetCoreSchemaHandler,
     PlainValidator,
+    Strict,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
@@ -31,7 +32,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticCustomError, PydanticUseDefault, core_schema
 
 from . import allowlist, gate, names
@@ -112,7 +113,7 @@ def _check(test: Callable[[Any], bool], message: str) -> AfterValidator:
 
 
 def _absent(value: Any) -> Any:
-    """`null` (and for some fields `""`) reads as the field left out: its default."""
+    """`null` reads as the field left out: its default."""
     if value is None:
         raise PydanticUseDefault()
     return value
@@ -136,20 +137,15 @@ def _not_blank(value: str) -> bool:
     return value.strip() != ""
 
 
-def Required(message: str) -> Any:  # noqa: N802 - a type, as it is used
-    """A string that must hold more than white space; kept as given."""
-    return Annotated[str, Field(strict=True), Message(message), _check(_not_blank, message)]
-
-
-def JsonObject(what: str) -> Any:  # noqa: N802
-    """A JSON object that can be sent on as UTF-8 JSON (`<what> must be a JSON object`)."""
-    return Annotated[dict[str, Any], Message(f"{what} must be a JSON object"), _sendable(what)]
+def not_blank(message: str) -> AfterValidator:
+    """A string must hold more than white space (it is kept as given)."""
+    return _check(_not_blank, message)
 
 
 _SESSION_ID = "session_id must be a non-empty string of at most 200 characters"
 SessionId = Annotated[
     str,
-    Field(strict=True),
+    Strict(),
     Message(_SESSION_ID),
     _check(lambda v: _not_blank(v) and len(v) <= 200, _SESSION_ID),
 ]
@@ -192,8 +188,19 @@ class CallRequest(Contract):
     """A tool call, from every door alike (`POST /v1/mcp/call`, `/mcp`, a page's try-it):
     `calls.create` checks it."""
 
-    name: Annotated[Required("name is required"), Field(description="the registered tool name")]
-    arguments: Annotated[JsonObject("arguments"), BeforeValidator(_absent)] = Field(default_factory=dict)
+    name: Annotated[
+        str,
+        Strict(),
+        Message("name is required"),
+        not_blank("name is required"),
+        Field(description="the registered tool name"),
+    ]
+    arguments: Annotated[
+        dict[str, Any],
+        Message("arguments must be a JSON object"),
+        _sendable("arguments"),
+        BeforeValidator(_absent),
+    ] = Field(default_factory=dict)
     session_id: Annotated[
         SessionId | None,
         AfterValidator(lambda v: v.strip() if v is not None else None),
@@ -201,9 +208,8 @@ class CallRequest(Contract):
     ] = None
     mode: Annotated[
         str,
-        PlainValidator(
-            _mode, json_schema_input_type=Literal["confirm", "single-confirm", "auto", "always-allow"]
-        ),
+        PlainValidator(_mode),
+        WithJsonSchema({"type": "string", "enum": list(gate.MODES)}),
         Field(description="confirm (the default) or auto; single-confirm and always-allow are aliases"),
     ] = "confirm"
 
@@ -237,6 +243,12 @@ class CallBody(CallRequest, CallWait):
     `calls.create` checks the call, as for every door."""
 
 
+class AllowQuery(Contract):
+    """`?prefix=` of `GET /v1/allowlist`: the entries starting with it (all when left out)."""
+
+    prefix: str = ""
+
+
 class WaitQuery(Contract):
     """`?wait=` of `GET /v1/mcp/calls/<id>`: a long poll of that many seconds."""
 
@@ -246,25 +258,32 @@ class WaitQuery(Contract):
 # --- replies to confirmations (SPEC 5, 12.1) -------------------------------------------------------
 
 
-def Flag(key: str) -> Any:  # noqa: N802
-    return Annotated[bool, Field(strict=True), Message(f"{key} must be true or false")]
-
-
 class Reply(Contract):
     """A person's reply to a pending confirmation (`POST /v1/session/<sid>/confirm/<cid>`, the
     pages): `calls.reply` checks it once the confirmation is found and the replier may answer."""
 
-    approve: Flag("approve") = False
-    remember: Annotated[Flag("remember"), Field(description="approve, and add the tool to allow_tool")] = (
-        False
-    )
-    allow_turn: Annotated[Flag("allow_turn"), Field(description="approve for the rest of the session")] = (
-        False
-    )
-    abort: Annotated[Flag("abort"), Field(description="deny, and tell the agent to stop")] = False
+    approve: Annotated[bool, Strict(), Message("approve must be true or false")] = False
+    remember: Annotated[
+        bool,
+        Strict(),
+        Message("remember must be true or false"),
+        Field(description="approve, and add the tool to allow_tool"),
+    ] = False
+    allow_turn: Annotated[
+        bool,
+        Strict(),
+        Message("allow_turn must be true or false"),
+        Field(description="approve for the rest of the session"),
+    ] = False
+    abort: Annotated[
+        bool,
+        Strict(),
+        Message("abort must be true or false"),
+        Field(description="deny, and tell the agent to stop"),
+    ] = False
     # Any false value (null, "", 0) is no reason.
     reason: Annotated[
-        str, Field(strict=True), Message("reason must be a string"), BeforeValidator(lambda v: v or "")
+        str, Strict(), Message("reason must be a string"), BeforeValidator(lambda v: v or "")
     ] = ""
 
 
@@ -279,13 +298,16 @@ class PromptArguments(Contract):
     `--permission-prompt-tool` contract); also the tool's input schema."""
 
     tool_name: Annotated[
-        Required(_TOOL_NAME),
+        str,
+        Strict(),
+        Message(_TOOL_NAME),
+        not_blank(_TOOL_NAME),
         _check(lambda v: len(v) <= 700, "tool_name must be at most 700 characters"),
         Field(description="the agent's own tool, as it names it (Bash, Edit, ...)"),
     ]
-    input: JsonObject("input")
+    input: Annotated[dict[str, Any], Message("input must be a JSON object"), _sendable("input")]
     tool_use_id: Annotated[
-        str, Field(strict=True), Message("tool_use_id must be a string"), BeforeValidator(_absent)
+        str, Strict(), Message("tool_use_id must be a string"), BeforeValidator(_absent)
     ] = ""
 
 
@@ -299,7 +321,6 @@ class PromptRequest(PromptArguments):
 # --- servers (SPEC 2.1, 7) ---------------------------------------------------------------------------
 
 _COMMAND_OR_URL = "server.command or server.url is required"
-_STRICT = Field(strict=True)
 _LEFT_OUT: Any = Field(None)  # a default that is never a value (the field was not sent)
 _STRINGS = "server.{} must be an object of strings"
 
@@ -314,15 +335,15 @@ class ServerConfig(Contract):
     command: Annotated[Any, WithJsonSchema({"type": "string"})] = None
     url: Annotated[Any, WithJsonSchema({"type": "string"})] = None
     # Left out, none of these is written; `null` is not a value of any of them.
-    args: Annotated[list[str], _STRICT, Message("server.args must be a list of strings")] = _LEFT_OUT
-    env: Annotated[dict[str, str], _STRICT, Message(_STRINGS.format("env"))] = _LEFT_OUT
-    headers: Annotated[dict[str, str], _STRICT, Message(_STRINGS.format("headers"))] = _LEFT_OUT
+    args: Annotated[list[str], Strict(), Message("server.args must be a list of strings")] = _LEFT_OUT
+    env: Annotated[dict[str, str], Strict(), Message(_STRINGS.format("env"))] = _LEFT_OUT
+    headers: Annotated[dict[str, str], Strict(), Message(_STRINGS.format("headers"))] = _LEFT_OUT
     type: Annotated[
         Literal["stdio", "streamable-http", "sse", "http"],
         Message("server.type must be stdio, streamable-http or sse"),
         Field(description="http is read as streamable-http; left out, command or url says"),
     ] = _LEFT_OUT
-    disabled: Annotated[bool, _STRICT, Message("server.disabled must be true or false")] = _LEFT_OUT
+    disabled: Annotated[bool, Strict(), Message("server.disabled must be true or false")] = _LEFT_OUT
     timeout: Annotated[
         float,
         Field(strict=True, ge=1, description="seconds a call may take; left out, the console's default"),
@@ -356,7 +377,9 @@ def _server_name(name: str) -> str:
     return name
 
 
-ServerName = Annotated[Required("name is required"), AfterValidator(_server_name)]
+ServerName = Annotated[
+    str, Strict(), Message("name is required"), not_blank("name is required"), AfterValidator(_server_name)
+]
 _SERVER_NAME_ADAPTER: TypeAdapter[str] = TypeAdapter(ServerName)
 
 
@@ -387,7 +410,9 @@ class ServerEdit(Contract):
 class ServerRef(Contract):
     """`POST /v1/mcp/remove`: the server to remove."""
 
-    name: Annotated[Required("name is required"), AfterValidator(str.strip)]
+    name: Annotated[
+        str, Strict(), Message("name is required"), not_blank("name is required"), AfterValidator(str.strip)
+    ]
 
 
 _SERVER_NAME = "name must be a server name"
@@ -398,7 +423,7 @@ class ReconnectBody(Contract):
 
     name: Annotated[
         str | None,
-        Field(strict=True),
+        Strict(),
         Message(_SERVER_NAME),
         _check(lambda v: v is None or _not_blank(v), _SERVER_NAME),
         AfterValidator(lambda v: v.strip() if v is not None else None),
@@ -419,10 +444,16 @@ class ToolAllow(Contract):
     """The `tool` block of `POST /v1/allowlist`: replace every entry starting with `prefix`
     by `entries` (each stripped, blank ones dropped, each starting with the prefix)."""
 
-    prefix: Annotated[Required("tool.prefix is required"), AfterValidator(_entry_ok)]
+    prefix: Annotated[
+        str,
+        Strict(),
+        Message("tool.prefix is required"),
+        not_blank("tool.prefix is required"),
+        AfterValidator(_entry_ok),
+    ]
     entries: Annotated[
         list[str],
-        Field(strict=True),
+        Strict(),
         Message("tool.entries must be a list of strings"),
         BeforeValidator(_absent),
     ] = []
@@ -472,7 +503,7 @@ class RulesEdit(Contract):
 
     rules: Annotated[
         list[str],
-        Field(strict=True),
+        Strict(),
         Message("rules must be a list of strings, one rule each"),
         AfterValidator(_one_a_line),
     ]
@@ -481,29 +512,26 @@ class RulesEdit(Contract):
 # --- JSON Schema for the descriptions -------------------------------------------------------------
 
 
-class _Plain(GenerateJsonSchema):
-    """JSON Schema without pydantic's generated titles (the docstring is the description)."""
+class PlainJsonSchema(GenerateJsonSchema):
+    """JSON Schema without pydantic's generated field titles (a field's name says it)."""
 
     def field_title_should_be_set(self, schema: Any) -> bool:
         return False
 
-    def generate(self, schema: Any, mode: Any = "validation") -> JsonSchemaValue:
-        out = super().generate(schema, mode)
-        out.pop("title", None)
-        for definition in out.get("$defs", {}).values():
-            definition.pop("title", None)
-            _drop_null_defaults(definition)
-        _drop_null_defaults(out)
-        return out
 
-
-def _drop_null_defaults(schema: dict) -> None:
-    """`"default": null` of a field that has no value when left out says nothing true."""
+def tidy(schema: dict) -> dict:
+    """A model's schema as a client reads it: no generated title (the docstring is its
+    description), and no `"default": null` of a field that has no value when left out."""
+    schema.pop("title", None)
     for prop in schema.get("properties", {}).values():
         if prop.get("default", ...) is None:
             del prop["default"]
+    return schema
 
 
-def json_schema(model: type[BaseModel], ref_template: str = "#/$defs/{model}") -> dict:
+def json_schema(model: type[BaseModel]) -> dict:
     """What a client may send as `model`, as JSON Schema 2020-12 (OpenAPI 3.1's dialect)."""
-    return model.model_json_schema(ref_template=ref_template, schema_generator=_Plain)
+    out = tidy(model.model_json_schema(schema_generator=PlainJsonSchema))
+    for definition in out.get("$defs", {}).values():
+        tidy(definition)
+    return out

@@ -147,6 +147,13 @@ def may_not(what: str) -> ApiError:
     return ApiError(f"this token may not {what}", 403)
 
 
+# The answers of the call narrowings, shared by the checks below and by `describe`.
+CALL_NOT_FOUND = "call not found"
+CANCEL_OTHERS = "cancel other tokens' calls"
+REPLY = "reply to confirmations"
+OWN_CALL = "a token may not reply to its own call"
+
+
 def _own(token: ApiToken, owner_id: int | None) -> bool:
     return owner_id is not None and owner_id == token.pk
 
@@ -162,9 +169,9 @@ def _check_call(token: ApiToken, right: Right, call_id: str) -> None:
     if row is None or _own(token, row[0]) or token.role == ADMIN:
         return
     if token.role == AGENT:
-        raise ApiError("call not found", 404)
+        raise ApiError(CALL_NOT_FOUND, 404)
     if right.calls == "cancel":
-        raise may_not("cancel other tokens' calls")
+        raise may_not(CANCEL_OTHERS)
 
 
 def _check_right(request: HttpRequest, kwargs: dict) -> None:
@@ -189,9 +196,51 @@ def reply_refusal(token: ApiToken, call: ToolCall) -> None:
     """Raise the 403 for a token that may not reply to this (found) confirmation, in the
     order of SPEC 12.1: its own call for any role, then any call for an agent."""
     if _own(token, call.token_id):
-        raise ApiError("a token may not reply to its own call", 403)
+        raise ApiError(OWN_CALL, 403)
     if token.role == AGENT:
-        raise may_not("reply to confirmations")
+        raise may_not(REPLY)
+
+
+ROLES = (AGENT, APPROVER, ADMIN)
+_OTHERS_CALL = f"its own calls only (another token's call: 404 `{CALL_NOT_FOUND}`)"
+# What each narrowing lets each role do, as the checks above apply it.
+_NARROWED: dict[str, dict[str, str]] = {
+    "read": {AGENT: _OTHERS_CALL, APPROVER: "any call", ADMIN: "any call"},
+    "cancel": {
+        AGENT: _OTHERS_CALL,
+        APPROVER: f"its own calls only (another token's call: 403 `this token may not {CANCEL_OTHERS}`)",
+        ADMIN: "any call",
+    },
+    "list": {AGENT: "its own calls only", APPROVER: "all", ADMIN: "all"},
+    "reply": {
+        AGENT: f"no (403 `this token may not {REPLY}`)",
+        APPROVER: f"other tokens' calls (its own: 403 `{OWN_CALL}`)",
+        ADMIN: f"other tokens' calls (its own: 403 `{OWN_CALL}`)",
+    },
+}
+_REFUSALS: dict[str, dict[int, str]] = {
+    "read": {404: f"{CALL_NOT_FOUND} (also an agent naming another token's call)"},
+    "cancel": {
+        403: f"this token may not {CANCEL_OTHERS} (an approver)",
+        404: f"{CALL_NOT_FOUND} (also an agent naming another token's call)",
+    },
+    "reply": {403: f"{OWN_CALL} (any role); this token may not {REPLY} (an agent)"},
+}
+
+
+def describe(right: Right) -> tuple[dict[str, str], dict[int, str]]:
+    """What each role may do with a route under `right`, and the refusals (status: answer) it
+    gives: the OpenAPI description's `x-agenvoy-roles`, read off the rights table."""
+    roles = {}
+    for role in ROLES:
+        if role not in right.roles:
+            roles[role] = f"no (403 `this token may not {right.denied}`)"
+        else:
+            roles[role] = _NARROWED[right.calls][role] if right.calls else "yes"
+    refusals = dict(_REFUSALS.get(right.calls, {}))
+    if right.roles != ALL_ROLES:
+        refusals[403] = f"this token may not {right.denied}"
+    return roles, refusals
 
 
 def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Callable:

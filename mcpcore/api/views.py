@@ -6,7 +6,16 @@ from django.http import JsonResponse
 
 from .. import allowlist, control, files, serverconfig
 from ..models import Server, Tool, ToolCall, mask_config
-from ..schemas import AllowEdit, CallWait, ReconnectBody, RulesEdit, ServerEdit, ServerRef, WaitQuery
+from ..schemas import (
+    AllowEdit,
+    AllowQuery,
+    CallWait,
+    ReconnectBody,
+    RulesEdit,
+    ServerEdit,
+    ServerRef,
+    WaitQuery,
+)
 from .auth import ApiError, ApiRequest, api_view, json_body, reply_refusal, visible_calls
 
 
@@ -44,7 +53,7 @@ def mcp_remove(request: ApiRequest) -> JsonResponse:
 @api_view(("GET", "POST"))
 def allowlist_view(request: ApiRequest) -> JsonResponse:
     if request.method == "GET":
-        prefix = request.GET.get("prefix", "")
+        prefix = AllowQuery.check(request.GET.dict()).prefix
         entries = files.current_allow()
         return JsonResponse({"tool": {"entries": allowlist.entries_for(entries, prefix)}})
     edit = AllowEdit.check(json_body(request)).tool
