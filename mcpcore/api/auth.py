@@ -174,7 +174,7 @@ def _check_call(token: ApiToken, right: Right, call_id: str) -> None:
         raise may_not(CANCEL_OTHERS)
 
 
-def _check_right(request: HttpRequest, kwargs: dict) -> None:
+def _check_right(request: ApiRequest, kwargs: dict) -> None:
     match = getattr(request, "resolver_match", None)
     right = RIGHTS.get((match.url_name if match else None, request.method))
     token = request.api_token
@@ -260,7 +260,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
     def wrap(view: Callable) -> Callable:
         is_async = asyncio.iscoroutinefunction(view)
 
-        def precheck(request: HttpRequest, kwargs: dict) -> JsonResponse | None:
+        def precheck(request: ApiRequest, kwargs: dict) -> JsonResponse | None:
             token = _token_of(request)
             if token is None:
                 return error("authentication required", 401)
@@ -275,7 +275,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
                 return error(exc.message, exc.status)
             return None
 
-        def precheck_and_prepare(request: HttpRequest, kwargs: dict) -> JsonResponse | None:
+        def precheck_and_prepare(request: ApiRequest, kwargs: dict) -> JsonResponse | None:
             denied = precheck(request, kwargs)
             if denied is None:
                 try:
@@ -287,7 +287,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
         if is_async:
 
             @functools.wraps(view)
-            async def handler(request: HttpRequest, *args, **kwargs):
+            async def handler(request: ApiRequest, *args, **kwargs):
                 if prepare is None:
                     denied = await db.read(precheck, request, kwargs)
                 else:
@@ -304,7 +304,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
 
         else:
 
-            def run_sync(request: HttpRequest, *args, **kwargs):
+            def run_sync(request: ApiRequest, *args, **kwargs):
                 try:
                     denied = precheck(request, kwargs)
                     if denied is not None:
@@ -317,7 +317,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
                     return error("internal error", 500)
 
             @functools.wraps(view)
-            async def handler(request: HttpRequest, *args, **kwargs):
+            async def handler(request: ApiRequest, *args, **kwargs):
                 # A sync view, auth included, is one trip to a view thread: concurrent
                 # requests run side by side, each thread keeping its database connection.
                 return await db.run_view(run_sync, request, *args, **kwargs)
