@@ -150,7 +150,8 @@ def create(
     mode: object,
     via: str = "rest",
 ) -> ToolCall:
-    """Validate a call request, run it through the gate, and record it (SPEC 5, 7). Sync;
+    """Check a call request (the contract's `schemas.CallRequest`: every door gets the same
+    checks and messages), run it through the gate, and record it (SPEC 5, 7). Sync;
     from async code run it with `db.write`, so its INSERT shares a commit with the writes
     queued beside it (a sync page calls it directly).
 
@@ -440,7 +441,8 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
     """Apply a person's reply to a pending confirmation (SPEC 5); returns the updated call.
 
     `authorize(call)`, when given, runs once the confirmation is found and raises to refuse
-    the replier (the `/v1` token rights, SPEC 12.1), before the 410 of a decided call."""
+    the replier (the `/v1` token rights, SPEC 12.1); then `body` is checked (`schemas.Reply`),
+    before the 410 of a decided call."""
     try:
         cid = uuid.UUID(str(confirm_id))
     except ValueError:
@@ -596,8 +598,9 @@ def create_permission_prompt(
     session_id: str,
     tool_use_id: str | None = None,
 ) -> ToolCall:
-    """Record a permission prompt: already allowed (status `done`, decision `remember` or
-    `session`) when a grant or a session allowance of this token covers it, else pending."""
+    """Check (`schemas.PromptRequest`) and record a permission prompt: already allowed (status
+    `done`, decision `remember` or `session`) when a grant or a session allowance of this token
+    covers it, else pending."""
     prompt = checked(
         schemas.PromptRequest,
         {"tool_name": tool_name, "input": tool_input, "tool_use_id": tool_use_id, "session_id": session_id},
