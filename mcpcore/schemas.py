@@ -37,7 +37,9 @@ from pydantic_core import PydanticCustomError, PydanticUseDefault, core_schema
 
 from . import allowlist, gate, names
 
-CONTRACT = "contract"  # the pydantic error type of a message of this contract
+# The pydantic error types of this contract's messages: one a validator raises (`refuse`),
+# and a field's own `Message`.
+CONTRACT, FIXED = "contract", "contract_fixed"
 
 
 class InputError(ValueError):
@@ -65,6 +67,8 @@ def _first_message(model: object, errors: list[Any]) -> str | None:
     first = errors[0]
     if first["type"] == CONTRACT:
         return str(json.loads(first["msg"]))
+    if first["type"] == FIXED:
+        return str(first["msg"])
     if first["type"] == "missing":
         return _field_message(model, first["loc"])
     return None
@@ -84,7 +88,7 @@ def _field_message(model: object, loc: tuple) -> str | None:
 
 class Message:
     """`Annotated[T, Message("x must be ...")]`: any failure of validating T answers the
-    message; a contract message from inside (a nested model's own field) is kept."""
+    message; for a model T, a contract message from inside (its own field's) is kept."""
 
     __slots__ = ("text",)
 
@@ -94,13 +98,20 @@ class Message:
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
+        inner = handler(source)
+        if not (isinstance(source, type) and issubclass(source, BaseModel)):
+            # A plain type: pydantic itself answers the message (no Python call per value).
+            return core_schema.custom_error_schema(
+                inner, custom_error_type=FIXED, custom_error_message=self.text
+            )
+
         def wrap(value: Any, validate: Callable[[Any], Any]) -> Any:
             try:
                 return validate(value)
             except ValidationError as exc:
                 raise refuse(_first_message(source, exc.errors()) or self.text) from None
 
-        return core_schema.no_info_wrap_validator_function(wrap, handler(source))
+        return core_schema.no_info_wrap_validator_function(wrap, inner)
 
 
 def _check(test: Callable[[Any], bool], message: str) -> AfterValidator:
@@ -402,8 +413,9 @@ class ServerEdit(Contract):
     """`POST /v1/mcp`: add or change one server."""
 
     name: ServerName
+    # The Message is for a missing `server`; every other answer is the config's (_config).
     server: Annotated[
-        dict, PlainValidator(_config, json_schema_input_type=ServerConfig), Message(_COMMAND_OR_URL)
+        dict, Message(_COMMAND_OR_URL), PlainValidator(_config, json_schema_input_type=ServerConfig)
     ]
 
 
