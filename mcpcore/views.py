@@ -56,6 +56,7 @@ from .models import (
     mask_config,
     transport_of,
 )
+from .schemas import InputError, RulesEdit
 
 PAGE_SIZE = 50
 RESULT_HEAD = 8000  # characters of a result the history list loads (enough for small images)
@@ -871,8 +872,8 @@ def rules_page(request: HtmxRequest) -> HttpResponse:
     if request.method == "POST":
         text = request.POST.get("rules", "")
         try:
-            saved = files.write_rules(_rules_lines(text))
-        except (rules.RuleError, files.ConfigFileError) as exc:
+            saved = files.write_rules(RulesEdit.check({"rules": _rules_lines(text)}).rules)
+        except (rules.RuleError, files.ConfigFileError, InputError) as exc:
             save_error, status = str(exc), 400
         else:
             messages.success(request, f"Saved {len(saved)} rule{'s' if len(saved) != 1 else ''}.")

@@ -190,6 +190,19 @@ def test_it_checks_a_call_alike_at_every_door(api, body):
     assert (r.status_code, r.json()) == (exc.value.status, {"error": exc.value.message})
 
 
+@pytest.mark.django_db
+def test_it_checks_the_rules_page_s_lines_like_post_v1_rules(client, api, agenvoy_home):
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_user("op"))
+    message = "invalid rule on line 2: one rule a line (no line breaks in an item)"
+    page = client.post("/rules/", {"rules": "allow a\nallow b\rdeny c\n"})
+    assert page.status_code == 400 and message in page.content.decode()
+    r = api.post("/v1/rules", {"rules": ["allow a", "allow b\rdeny c"]})
+    assert (r.status_code, r.json()) == (400, {"error": message})
+    assert not (agenvoy_home / "rules").exists()
+
+
 def test_it_publishes_approval_prompt_s_input_schema_from_its_model():
     schema = handlers.PERMISSION_SCHEMA
     assert schema["required"] == ["tool_name", "input"]
