@@ -1,11 +1,8 @@
-"""The allow-list rules of SPEC 2.2: parsing, matching, replace-by-prefix. Pure functions."""
+"""The allow-list rules of SPEC 2.2: parsing, matching, replace-by-prefix. Pure functions. (What
+an edit may hold is the input contract's: `schemas.ToolAllow`.)"""
 
 import bisect
 from collections.abc import Iterable
-
-
-class AllowListError(ValueError):
-    """An edit that breaks the rules; the message is the API's error text."""
 
 
 def parse(text: str) -> list[str]:
@@ -87,30 +84,6 @@ def entry_problem(entry: str) -> str | None:
     if any(c in _UNSAFE for c in entry) or entry != entry.strip():
         return "an entry can't hold control characters, line separators or edge spaces"
     return None
-
-
-def validate_edit(prefix: object, new_entries: object) -> tuple[str, list[str]]:
-    """Check a replace-by-prefix edit; returns (prefix, entries) or raises AllowListError."""
-    if not isinstance(prefix, str) or prefix.strip() == "":
-        raise AllowListError("tool.prefix is required")
-    if entry_problem(prefix):
-        raise AllowListError(f"{entry_problem(prefix)}: {prefix!r}")
-    if new_entries is None:
-        new_entries = []
-    if not isinstance(new_entries, list) or not all(isinstance(e, str) for e in new_entries):
-        raise AllowListError("tool.entries must be a list of strings")
-    cleaned = []
-    for entry in new_entries:
-        entry = entry.strip()
-        if not entry:
-            continue
-        problem = entry_problem(entry)
-        if problem:
-            raise AllowListError(f"{problem}: {entry!r}")
-        if not entry.startswith(prefix):
-            raise AllowListError(f"every entry must start with the prefix: {entry}")
-        cleaned.append(entry)
-    return prefix, cleaned
 
 
 def replace_prefix(current: Iterable[str], prefix: str, new_entries: Iterable[str]) -> list[str]:

@@ -32,7 +32,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import allowlist, cache, control, db, files, gate, rules, store
+from . import allowlist, cache, control, db, files, gate, rules, schemas, store
 from .choices import CallDecision, CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
 from .models import (
     AllowEntry,
@@ -97,6 +97,15 @@ class CallError(Exception):
         self.status = status
 
 
+def checked[M: schemas.Contract](model: type[M], data: dict, error: type["CallError"] | None = None) -> M:
+    """`data` as `model` (the input contract, mcpcore.schemas); its first error is raised as
+    `error` (CallError) with status 400."""
+    try:
+        return model.check(data)
+    except schemas.InputError as exc:
+        raise (error or CallError)(exc.message, 400) from None
+
+
 INTERRUPTED = "interrupted: the console stopped while the call was running"
 
 
@@ -152,7 +161,8 @@ def create(
     via: str = Via.REST,
     local: LocalSupervisor | None = None,
 ) -> ToolCall:
-    """Validate a call request, run it through the gate, and record it (SPEC 5, 7). Sync;
+    """Check a call request (the contract's `schemas.CallRequest`: every door gets the same
+    checks and messages), run it through the gate, and record it (SPEC 5, 7). Sync;
     from async code run it with `db.write`, so its INSERT shares a commit with the writes
     queued beside it (a sync page calls it directly).
 
@@ -161,27 +171,11 @@ def create(
     is committed, so this claim needs no condition), else unclaimed, for `claim` by the
     server's owner.
     """
-    if not isinstance(name, str) or not name.strip():
-        raise CallError("name is required", 400)
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict):
-        raise CallError("arguments must be a JSON object", 400)
-    try:
-        # What can't be sent as UTF-8 JSON would break the server's session for every caller.
-        json.dumps(arguments, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except (ValueError, UnicodeError, RecursionError):
-        raise CallError(
-            "arguments must be JSON that can be sent as UTF-8 (no lone surrogates, NaN or Infinity)", 400
-        ) from None
-    if session_id is not None and (
-        not isinstance(session_id, str) or not session_id.strip() or len(session_id) > 200
-    ):
-        raise CallError("session_id must be a non-empty string of at most 200 characters", 400)
-    norm = gate.normalize_mode(mode)
-    if norm is None:
-        raise CallError(f"unknown mode: {mode}", 400)
-    tool = cache.tool(name.strip())
+    request = checked(
+        schemas.CallRequest, {"name": name, "arguments": arguments, "session_id": session_id, "mode": mode}
+    )
+    arguments, norm = request.arguments, request.mode
+    tool = cache.tool(request.name.strip())
     if tool is None:
         raise CallError(f"unknown tool: {name}", 404)
     server = tool.server
@@ -189,7 +183,7 @@ def create(
         raise CallError(f"server {server.name} is not connected: {server.last_error or server.state}", 503)
     if norm == Mode.AUTO and token is not None and not token.may_auto:
         raise CallError("this token may not use auto mode", 403)
-    session_id = session_id.strip() if isinstance(session_id, str) else time_ordered_uuid().hex
+    session_id = request.session_id or time_ordered_uuid().hex
 
     @functools.cache
     def changed() -> bool:
@@ -480,7 +474,8 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
     """Apply a person's reply to a pending confirmation (SPEC 5); returns the updated call.
 
     `authorize(call)`, when given, runs once the confirmation is found and raises to refuse
-    the replier (the `/v1` token rights, SPEC 12.1), before the 410 of a decided call."""
+    the replier (the `/v1` token rights, SPEC 12.1); then `body` is checked (`schemas.Reply`),
+    before the 410 of a decided call."""
     try:
         cid = uuid.UUID(str(confirm_id))
     except ValueError:
@@ -490,21 +485,17 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
         raise ReplyError("confirmation not found", 404)
     if authorize is not None:
         authorize(call)
-    for key in ("approve", "remember", "allow_turn", "abort"):
-        if key in body and not isinstance(body[key], bool):
-            raise ReplyError(f"{key} must be true or false", 400)
-    reason = body.get("reason") or ""
-    if not isinstance(reason, str):
-        raise ReplyError("reason must be a string", 400)
-    grant_for = remember_for(body)
+    answer = checked(schemas.Reply, body, ReplyError)
+    reason = answer.reason
+    grant_for = int(answer.remember_for or 0)
     now = timezone.now()
     if call.status == CallStatus.PENDING and call.expires_at and call.expires_at <= now:
         expire(call.id)
         raise ReplyError("confirmation already resolved or expired", 410)
     pending = ToolCall.objects.filter(id=call.id, status=CallStatus.PENDING)
     decided = {"decided_by": who, "decided_at": now}
-    if body.get("abort") or not body.get("approve"):
-        aborted = bool(body.get("abort"))
+    if answer.abort or not answer.approve:
+        aborted = answer.abort
         changed = pending.update(
             status=CallStatus.ABORTED if aborted else CallStatus.SKIPPED,
             decision=CallDecision.ABORT if aborted else CallDecision.DENY,
@@ -516,9 +507,9 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
     else:
         decision = (
             CallDecision.REMEMBER
-            if body.get("remember")
+            if answer.remember
             else CallDecision.SESSION
-            if body.get("allow_turn")
+            if answer.allow_turn
             else CallDecision.GRANT
             if grant_for
             else CallDecision.APPROVE
@@ -530,14 +521,14 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
                 changed = pending.update(decision=decision, **ended, **decided)
             else:
                 changed = pending.update(status=CallStatus.RUNNING, decision=decision, **decided)
-            if changed and body.get("allow_turn"):
+            if changed and answer.allow_turn:
                 # Bound to the token that made the call (SPEC 12.2), not to whoever replied.
                 SessionAllowance.objects.create(session_id=session_id, token_id=call.token_id, granted_by=who)
-            if changed and prompt and body.get("remember"):
+            if changed and prompt and answer.remember:
                 remember_permission(call.token, call.tool_name, who)
             if changed and grant_for:
                 grant(call.token, call.kind, call.tool_name, who, grant_for)
-        if changed and body.get("remember") and not prompt:
+        if changed and answer.remember and not prompt:
             try:
                 files.add_allow_entry(call.tool_name, repin=True)
             except files.ConfigFileError as exc:
@@ -656,28 +647,17 @@ def create_permission_prompt(
     via: str = "mcp",
     cwd: str = "",
 ) -> ToolCall:
-    """Record a permission prompt (SPEC 13.5, 17.1), from `/mcp/_permission` (`via` mcp) or a
-    Claude Code hook (`via` hook, with the agent's `cwd`). Argument rules (14.2) come first,
-    matched on the agent's own `tool_name`: a deny ends it `skipped` at once, an ask makes it
-    wait whatever else would allow it. Else it is allowed at once (status `done`) by an allow
-    rule (decision `rule`), a grant of this token (`remember`, or `grant` for a time-boxed
-    one) or a session allowance (`session`); else it is pending."""
-    if not isinstance(tool_name, str) or not tool_name.strip():
-        raise CallError("tool_name must be a non-empty string", 400)
-    if len(tool_name) > 700:
-        raise CallError("tool_name must be at most 700 characters", 400)
-    if not isinstance(tool_input, dict):
-        raise CallError("input must be a JSON object", 400)
-    try:
-        json.dumps(tool_input, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except (ValueError, UnicodeError, RecursionError):
-        raise CallError(
-            "input must be JSON that can be sent as UTF-8 (no lone surrogates, NaN or Infinity)", 400
-        ) from None
-    if tool_use_id is not None and not isinstance(tool_use_id, str):
-        raise CallError("tool_use_id must be a string", 400)
-    if not isinstance(session_id, str) or not session_id.strip() or len(session_id) > 200:
-        raise CallError("session_id must be a non-empty string of at most 200 characters", 400)
+    """Check (`schemas.PromptRequest`) and record a permission prompt (SPEC 13.5, 17.1), from
+    `/mcp/_permission` (`via` mcp) or a Claude Code hook (`via` hook, with the agent's `cwd`).
+    Argument rules (14.2) come first, matched on the agent's own `tool_name`: a deny ends it
+    `skipped` at once, an ask makes it wait whatever else would allow it. Else it is allowed at
+    once (status `done`) by an allow rule (decision `rule`), a grant of this token (`remember`,
+    or `grant` for a time-boxed one) or a session allowance (`session`); else it is pending."""
+    prompt = checked(
+        schemas.PromptRequest,
+        {"tool_name": tool_name, "input": tool_input, "tool_use_id": tool_use_id, "session_id": session_id},
+    )
+    tool_name, tool_input, session_id = prompt.tool_name, prompt.input, prompt.session_id
     now = timezone.now()
     call = ToolCall(
         kind=CallKind.PERMISSION_PROMPT,
@@ -775,21 +755,6 @@ def granted(token: ApiToken | None, kind: str, tool_name: str) -> bool:
     if token is None:
         return False
     return PermissionGrant.in_force().filter(token=token, kind=kind, tool_name=tool_name).exists()
-
-
-GRANT_MIN, GRANT_MAX = 60, 604800  # seconds a time-boxed grant may last (SPEC 17.3)
-
-
-def remember_for(body: dict) -> int:
-    """The seconds of a reply's `remember_for` (0 when absent); raises ReplyError 400."""
-    value = body.get("remember_for")
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not GRANT_MIN <= value <= GRANT_MAX:
-        raise ReplyError(f"remember_for must be between {GRANT_MIN} and {GRANT_MAX} seconds", 400)
-    if body.get("approve") is not True or body.get("abort"):
-        raise ReplyError("remember_for needs approve", 400)
-    return int(value)
 
 
 def grant(

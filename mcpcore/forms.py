@@ -1,12 +1,12 @@
 """Forms of the browser console: server add/edit, import, tokens, replies, history filters, and
-the "try it" arguments built from a tool's input schema. Validation of a server config is the
-API's own (`serverconfig.clean_config`), so the UI and `/v1` accept exactly the same servers."""
+the "try it" arguments built from a tool's input schema. A server's name and config are checked
+by the API's own contract (`mcpcore.schemas`), so the UI and `/v1` accept exactly the same servers."""
 
 import json
 
 from django import forms
 
-from . import files, names, serverconfig
+from . import files, schemas, serverconfig
 from .choices import CallDecision, CallStatus, TokenRole, Transport
 from .models import SECRET_MASK
 
@@ -74,11 +74,10 @@ class ServerForm(forms.Form):
                 self.fields[key].help_text += " Values are not shown: leave one empty to keep it."
 
     def clean_name(self) -> str:
-        name = self.cleaned_data["name"].strip()
-        problem = names.server_name_problem(name)
-        if problem:
-            raise forms.ValidationError(f"invalid server name: {problem}")
-        return name
+        try:
+            return schemas.server_name(self.cleaned_data["name"])
+        except schemas.InputError as exc:
+            raise forms.ValidationError(exc.message) from None
 
     def clean_env(self) -> dict[str, str]:
         return parse_pairs(self.cleaned_data["env"], "=", "KEY=VALUE")

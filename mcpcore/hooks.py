@@ -9,12 +9,12 @@ terminal when nobody decided in the console in time.
 from typing import TYPE_CHECKING
 
 from .choices import CallStatus
+from .schemas import HOOK_EVENTS, PERMISSION_REQUEST, PRE_TOOL_USE
 
 if TYPE_CHECKING:  # only its fields are read: this module stays below the database layer
     from .models import ToolCall
 
-PERMISSION_REQUEST, PRE_TOOL_USE = "PermissionRequest", "PreToolUse"
-EVENTS = (PERMISSION_REQUEST, PRE_TOOL_USE)
+EVENTS = HOOK_EVENTS
 ABORTED = "user stopped"
 WAIT_DEFAULT, WAIT_MIN, WAIT_MAX = 55.0, 1.0, 600.0
 WAIT_ERROR = "wait must be between 1 and 600 seconds"

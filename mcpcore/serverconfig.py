@@ -4,11 +4,10 @@ and imports. Writes go through the locked writer; the supervisors are told after
 import sys
 from pathlib import Path
 
-from . import control, files
-from .choices import Transport
+from . import control, files, schemas
 from .models import SecretsMustBeReentered, unmask_config
 
-KNOWN_KEYS = {"command", "args", "env", "url", "headers", "type", "disabled", "timeout"}
+KNOWN_KEYS = frozenset(schemas.ServerConfig.model_fields)  # the keys this console writes
 EXAMPLE_NAME = "time"  # the example server of an empty Servers page (PyPI mcp-server-time)
 
 
@@ -17,36 +16,12 @@ class ServerConfigError(ValueError):
 
 
 def clean_config(config: dict) -> dict:
-    """Validate a server config from the API, a form or an import; the messages are the
-    API's contract (SPEC 7)."""
-    command, url = config.get("command"), config.get("url")
-    has_command = isinstance(command, str) and command.strip() != ""
-    has_url = isinstance(url, str) and url.strip() != ""
-    if not (has_command or has_url):
-        raise ServerConfigError("server.command or server.url is required")
-    if "args" in config and not (
-        isinstance(config["args"], list) and all(isinstance(a, str) for a in config["args"])
-    ):
-        raise ServerConfigError("server.args must be a list of strings")
-    for key in ("env", "headers"):
-        if key in config and not (
-            isinstance(config[key], dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in config[key].items())
-        ):
-            raise ServerConfigError(f"server.{key} must be an object of strings")
-    if "type" in config and config["type"] not in (*Transport.values, "http"):
-        raise ServerConfigError("server.type must be stdio, streamable-http or sse")
-    if config.get("type") == "http":
-        config = {**config, "type": Transport.STREAMABLE_HTTP}
-    if "disabled" in config and not isinstance(config["disabled"], bool):
-        raise ServerConfigError("server.disabled must be true or false")
-    if "timeout" in config and not (
-        isinstance(config["timeout"], (int, float))
-        and not isinstance(config["timeout"], bool)
-        and config["timeout"] >= 1
-    ):
-        raise ServerConfigError("server.timeout must be a number of seconds, at least 1")
-    return config
+    """A server config from the API, a form or an import, checked by the contract's
+    `ServerConfig` (SPEC 7's messages) and as it is written (`schemas.server_config`)."""
+    try:
+        return schemas.server_config(config)
+    except schemas.InputError as exc:
+        raise ServerConfigError(exc.message) from None
 
 
 def save(name: str, config: dict, creating: bool | None = None) -> None:

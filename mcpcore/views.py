@@ -33,6 +33,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
+from django_htmx.middleware import HtmxDetails
 
 from . import allowlist, calls, control, files, live, notify, onetap, rules, serverconfig
 from .choices import CallDecision, CallStatus, ServerState, TargetKind, TokenRole
@@ -57,6 +58,7 @@ from .models import (
     mask_config,
     transport_of,
 )
+from .schemas import InputError, RulesEdit
 
 PAGE_SIZE = 50
 RESULT_HEAD = 8000  # characters of a result the history list loads (enough for small images)
@@ -72,17 +74,17 @@ def _get_server_or_404(name: str) -> Server:
     return server
 
 
-class _WholePage:
-    """`request.htmx` for a history-restore request: falsy, so the view renders the page."""
+class HtmxRequest(HttpRequest):
+    """A page request as django-htmx's middleware leaves it (django-htmx's documented type)."""
 
-    def __init__(self, details) -> None:
-        self._details = details
+    htmx: HtmxDetails
+
+
+class _WholePage(HtmxDetails):
+    """`request.htmx` for a history-restore request: falsy, so the view renders the page."""
 
     def __bool__(self) -> bool:
         return False
-
-    def __getattr__(self, name: str):
-        return getattr(self._details, name)
 
 
 def htmx_page(view):
@@ -92,9 +94,9 @@ def htmx_page(view):
     a full load."""
 
     @functools.wraps(view)
-    def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+    def wrapped(request: HtmxRequest, *args, **kwargs) -> HttpResponse:
         if request.htmx and request.htmx.history_restore_request:
-            request.htmx = _WholePage(request.htmx)
+            request.htmx = _WholePage(request)
         response = view(request, *args, **kwargs)
         patch_vary_headers(response, ("HX-Request",))
         return response
@@ -103,7 +105,7 @@ def htmx_page(view):
 
 
 def _fragment(
-    request: HttpRequest,
+    request: HtmxRequest,
     template: str,
     context: dict,
     *,
@@ -125,7 +127,7 @@ def _fragment(
     return response
 
 
-def _back(request: HttpRequest, default: str, *args) -> HttpResponse:
+def _back(request: HtmxRequest, default: str, *args) -> HttpResponse:
     """Redirect to the form's `next` when it is one of ours, else to `default`."""
     target = request.POST.get("next", "")
     if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
@@ -181,7 +183,7 @@ def _data_url(value: object, kind: str) -> bool:
 @login_required
 @require_safe
 @htmx_page
-def servers(request: HttpRequest) -> HttpResponse:
+def servers(request: HtmxRequest) -> HttpResponse:
     context = {"servers": live.server_rows()}
     if request.htmx:
         return render(request, "mcpcore/server_list.html#server-rows", context)
@@ -270,7 +272,7 @@ def _tool_card(tool, change: dict | None, try_form_url: str, open_try: bool) -> 
 @login_required
 @require_safe
 @htmx_page
-def server_detail(request: HttpRequest, name: str) -> HttpResponse:
+def server_detail(request: HtmxRequest, name: str) -> HttpResponse:
     server = _get_server_or_404(name)
     if request.htmx:
         return render(
@@ -302,7 +304,7 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def server_trust(request: HttpRequest, name: str) -> HttpResponse:
+def server_trust(request: HtmxRequest, name: str) -> HttpResponse:
     """Save the trust editor: replace-by-prefix of the server's lines in allow_tool (SPEC 2.2)."""
     server = _get_server_or_404(name)
     if request.POST.get("all"):
@@ -336,7 +338,7 @@ def _trust_message(name: str, prefix: str, entries: list[str]) -> str:
 
 @login_required
 @require_http_methods(["GET", "HEAD", "POST"])
-def server_add(request: HttpRequest) -> HttpResponse:
+def server_add(request: HtmxRequest) -> HttpResponse:
     form = ServerForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         name = form.cleaned_data["name"]
@@ -377,7 +379,7 @@ def server_example(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "HEAD", "POST"])
-def server_edit(request: HttpRequest, name: str) -> HttpResponse:
+def server_edit(request: HtmxRequest, name: str) -> HttpResponse:
     server = _get_server_or_404(name)
     initial = ServerForm.initial_from(server.name, server.config)
     form = ServerForm(request.POST if request.method == "POST" else None, initial=initial, editing=True)
@@ -399,7 +401,7 @@ def server_edit(request: HttpRequest, name: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def server_remove(request: HttpRequest, name: str) -> HttpResponse:
+def server_remove(request: HtmxRequest, name: str) -> HttpResponse:
     server = _get_server_or_404(name)
     try:
         found = serverconfig.remove(server.name)
@@ -413,7 +415,7 @@ def server_remove(request: HttpRequest, name: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def server_enable(request: HttpRequest, name: str, enabled: bool) -> HttpResponse:
+def server_enable(request: HtmxRequest, name: str, enabled: bool) -> HttpResponse:
     server = _get_server_or_404(name)
 
     try:
@@ -437,7 +439,7 @@ def _reconnect_message(outcome: dict[str, str]) -> str:
 
 @login_required
 @require_POST
-def server_reconnect(request: HttpRequest, name: str | None = None) -> HttpResponse:
+def server_reconnect(request: HtmxRequest, name: str | None = None) -> HttpResponse:
     """Reconnect one server, or all (waits for the outcome, bounded by the connect timeout)."""
     if name is not None:
         name = _get_server_or_404(name).name
@@ -453,7 +455,7 @@ def server_reconnect(request: HttpRequest, name: str | None = None) -> HttpRespo
 
 @login_required
 @require_http_methods(["GET", "HEAD", "POST"])
-def server_import(request: HttpRequest) -> HttpResponse:
+def server_import(request: HtmxRequest) -> HttpResponse:
     """Upload or paste, see what will be added, then confirm (the preview carries the JSON)."""
     if request.method == "POST" and request.POST.get("confirm"):
         try:
@@ -504,7 +506,7 @@ def _preview_row(name: str, config: dict, exists: bool) -> dict:
 @login_required
 @require_safe
 @htmx_page
-def tool_try_form(request: HttpRequest, name: str) -> HttpResponse:
+def tool_try_form(request: HtmxRequest, name: str) -> HttpResponse:
     """A tool's try-it form (htmx, when its section is opened), or the server page with that
     form open."""
     server = _get_server_or_404(name)
@@ -521,7 +523,7 @@ def tool_try_form(request: HttpRequest, name: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def tool_try(request: HttpRequest, name: str) -> HttpResponse:
+def tool_try(request: HtmxRequest, name: str) -> HttpResponse:
     """Run a tool through the gate like any agent's call (mode `confirm`), and show the result,
     or the pending confirmation it became."""
     server = _get_server_or_404(name)
@@ -564,7 +566,7 @@ async def _submit_and_wait(call: ToolCall, local: calls.LocalSupervisor | None) 
 @login_required
 @require_safe
 @htmx_page
-def pending(request: HttpRequest) -> HttpResponse:
+def pending(request: HtmxRequest) -> HttpResponse:
     context = live.pending_context(live.pending_calls())
     if request.htmx:
         return _fragment(
@@ -580,7 +582,7 @@ def pending(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def pending_reply(request: HttpRequest, confirm_id: str) -> HttpResponse:
+def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
     """Approve (once, remember, for the session) or deny a pending confirmation (SPEC 5)."""
     form = ReplyForm(request.POST)
     if not form.is_valid():
@@ -623,7 +625,7 @@ def _reply_message(call: ToolCall) -> str:
 
 @login_required
 @require_POST
-def allowance_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+def allowance_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
     row = get_object_or_404(SessionAllowance, pk=pk)
     if SessionAllowance.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
         messages.success(request, f"Revoked the allowance of session {row.session_id}.")
@@ -697,7 +699,7 @@ def took(seconds: float | None) -> str:
 @login_required
 @require_safe
 @htmx_page
-def history(request: HttpRequest) -> HttpResponse:
+def history(request: HtmxRequest) -> HttpResponse:
     form = HistoryFilter(request.GET)
     rows = ToolCall.objects.defer("result", "raw_result").annotate(
         result_head=Substr("result", 1, RESULT_HEAD)
@@ -731,7 +733,7 @@ def _result_context(call: ToolCall) -> dict:
 @login_required
 @require_safe
 @htmx_page
-def call_detail(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
+def call_detail(request: HtmxRequest, call_id: uuid.UUID) -> HttpResponse:
     call = get_object_or_404(ToolCall, id=call_id)
     context = _result_context(call)
     if request.htmx:
@@ -760,7 +762,7 @@ def _token_rows() -> list[ApiToken]:
     return rows
 
 
-def _tokens_page(request: HttpRequest, form: TokenForm, new: dict | None, status: int = 200) -> HttpResponse:
+def _tokens_page(request: HtmxRequest, form: TokenForm, new: dict | None, status: int = 200) -> HttpResponse:
     context = {"tokens": _token_rows(), "form": form, "new": new, "hooks_settings": claude_code_settings()}
     response = render(request, "mcpcore/token_list.html", context, status=status)
     response["Cache-Control"] = "no-store"
@@ -770,7 +772,7 @@ def _tokens_page(request: HttpRequest, form: TokenForm, new: dict | None, status
 @login_required
 @require_safe
 @htmx_page
-def tokens(request: HttpRequest) -> HttpResponse:
+def tokens(request: HtmxRequest) -> HttpResponse:
     if request.htmx:
         return render(request, "mcpcore/token_list.html#token-list", {"tokens": _token_rows()})
     return _tokens_page(request, TokenForm(), None)
@@ -778,7 +780,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def token_create(request: HttpRequest) -> HttpResponse:
+def token_create(request: HtmxRequest) -> HttpResponse:
     """The clear token is shown on this response only; the database keeps its hash."""
     form = TokenForm(request.POST)
     if not form.is_valid():
@@ -790,7 +792,7 @@ def token_create(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+def token_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
     row = get_object_or_404(ApiToken, pk=pk)
     revoked, ended = calls.revoke_token(row.pk)
     for call_id in ended:
@@ -858,7 +860,7 @@ def claude_code_settings() -> str:
 
 @login_required
 @require_POST
-def grant_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+def grant_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
     """End a grant ("Approve and remember" of a permission prompt, or a time-boxed grant): the
     token's next call of that tool waits for a person again."""
     grant = get_object_or_404(PermissionGrant.objects.select_related("token"), pk=pk)
@@ -929,15 +931,15 @@ def _rules_lines(text: str) -> list[str]:
 
 @login_required
 @require_http_methods(["GET", "HEAD", "POST"])
-def rules_page(request: HttpRequest) -> HttpResponse:
+def rules_page(request: HtmxRequest) -> HttpResponse:
     """The argument rules (SPEC 14.2): those in force, the file's problem, and an editor that
     replaces the file (a bad line is refused, nothing written)."""
     save_error, status = "", 200
     if request.method == "POST":
         text = request.POST.get("rules", "")
         try:
-            saved = files.write_rules(_rules_lines(text))
-        except (rules.RuleError, files.ConfigFileError) as exc:
+            saved = files.write_rules(RulesEdit.check({"rules": _rules_lines(text)}).rules)
+        except (rules.RuleError, files.ConfigFileError, InputError) as exc:
             save_error, status = str(exc), 400
         else:
             messages.success(request, f"Saved {len(saved)} rule{'s' if len(saved) != 1 else ''}.")
@@ -992,7 +994,7 @@ def _confirmation_context(call: ToolCall) -> dict:
 @login_required
 @require_safe
 @htmx_page
-def pending_detail(request: HttpRequest, confirm_id: uuid.UUID) -> HttpResponse:
+def pending_detail(request: HtmxRequest, confirm_id: uuid.UUID) -> HttpResponse:
     """One confirmation's own page: the inbox's buttons while it waits, how it ended after.
     Every link the console sends (webhooks, ntfy, browser notifications) points here."""
     call = get_object_or_404(ToolCall, confirm_id=confirm_id)
@@ -1004,7 +1006,7 @@ def pending_detail(request: HttpRequest, confirm_id: uuid.UUID) -> HttpResponse:
 
 @login_required
 @require_safe
-def pending_feed(request: HttpRequest) -> JsonResponse:
+def pending_feed(request: HtmxRequest) -> JsonResponse:
     """What the page's script needs to raise browser notifications for new confirmations."""
     items = [
         {
@@ -1040,7 +1042,7 @@ def _targets_context() -> dict:
 
 
 def _notifications_page(
-    request: HttpRequest, form: dict, new: dict | None, status: int = 200
+    request: HtmxRequest, form: dict, new: dict | None, status: int = 200
 ) -> HttpResponse:
     context = {
         **_targets_context(),
@@ -1057,7 +1059,7 @@ def _notifications_page(
 @login_required
 @require_http_methods(["GET", "HEAD", "POST"])
 @htmx_page
-def notifications(request: HttpRequest) -> HttpResponse:
+def notifications(request: HtmxRequest) -> HttpResponse:
     """Notification targets: add one (a webhook's secret is shown on this answer only), list
     them with their recent deliveries."""
     if request.method != "POST":
@@ -1085,7 +1087,7 @@ def notifications(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def notification_test(request: HttpRequest, pk: int) -> HttpResponse:
+def notification_test(request: HtmxRequest, pk: int) -> HttpResponse:
     target = get_object_or_404(NotificationTarget, pk=pk)
     notify.queue_test(target)
     messages.success(request, f"Test queued for {target.url}: its delivery appears below once sent.")
@@ -1094,7 +1096,7 @@ def notification_test(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def notification_remove(request: HttpRequest, pk: int) -> HttpResponse:
+def notification_remove(request: HtmxRequest, pk: int) -> HttpResponse:
     target = get_object_or_404(NotificationTarget, pk=pk)
     target.delete()
     messages.success(request, f"Removed {target.kind} target {target.url}.")

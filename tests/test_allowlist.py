@@ -148,21 +148,6 @@ def test_it_renders_non_ascii_by_utf8_bytes_not_code_points():
     assert allowlist.render(entries).splitlines() == sorted(entries, key=lambda e: e.encode())
 
 
-def test_it_validates_an_edit():
-    assert allowlist.validate_edit("mcp__a__", ["mcp__a__x", " mcp__a__y "]) == (
-        "mcp__a__",
-        ["mcp__a__x", "mcp__a__y"],
-    )
-    assert allowlist.validate_edit("mcp__a__", None) == ("mcp__a__", [])
-    with pytest.raises(allowlist.AllowListError, match="^tool.prefix is required$"):
-        allowlist.validate_edit("", [])
-    with pytest.raises(allowlist.AllowListError, match="^tool.prefix is required$"):
-        allowlist.validate_edit(None, [])
-    with pytest.raises(allowlist.AllowListError) as exc:
-        allowlist.validate_edit("mcp__a__", ["mcp__a__x", "mcp__b__y"])
-    assert str(exc.value) == "every entry must start with the prefix: mcp__b__y"
-
-
 def test_it_finds_the_entries_of_a_prefix():
     entries = ["mcp__b__z", "mcp__a__y", "mcp__ab__q", "mcp__a__*"]
     assert allowlist.entries_for(entries, "mcp__a__") == ["mcp__a__*", "mcp__a__y"]

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from mcpcore import allowlist, names
+from mcpcore import allowlist, names, schemas
 from mcpcore.results import cap_text, convert, converted_full
 
 # --- a live console ----------------------------------------------------------------------
@@ -322,10 +322,10 @@ _current = st.lists(_servers.flatmap(_entries_of), max_size=12)
 
 
 def _cleaned(entries: list[str], prefix: str) -> list[str] | None:
-    """What the API would write (validate_edit), or None when it refuses the edit."""
+    """What the API would write (the contract's ToolAllow), or None when it refuses the edit."""
     try:
-        return allowlist.validate_edit(prefix, entries)[1]
-    except allowlist.AllowListError:
+        return schemas.ToolAllow.check({"prefix": prefix, "entries": entries}).entries
+    except schemas.InputError:
         return None
 
 
@@ -361,7 +361,7 @@ def test_allowlist_replace_then_read_back(current, server, data):
     others=st.lists(st.text(min_size=1, max_size=12), max_size=6),
 )
 def test_allowlist_edits_the_api_accepts_round_trip_through_the_file(prefix, tails, others):
-    """Any edit validate_edit accepts (any prefix, any text) must survive being written to the
+    """Any edit ToolAllow accepts (any prefix, any text) must survive being written to the
     file and read back, and leave other prefixes' lines as they were."""
     current = allowlist.parse(allowlist.render(others))
     new = _cleaned([prefix + t for t in tails], prefix)

@@ -17,6 +17,7 @@ from django.test import Client
 from django.utils import timezone
 
 from mcpcore import calls
+from mcpcore.choices import CallKind
 from mcpcore.models import ApiToken, PermissionGrant, Server, Tool, ToolCall
 
 pytestmark = pytest.mark.django_db
@@ -137,10 +138,10 @@ def test_it_lets_no_agent_token_grant_through_a_reply(tool, agents, agenvoy_home
 
 def test_it_extends_a_grant_in_force_instead_of_adding_another(tool, agents):
     laptop = agents["laptop"][0]
-    short = calls.grant(laptop, ToolCall.TOOL_CONFIRM, TOOL, "op", 60)
-    longer = calls.grant(laptop, ToolCall.TOOL_CONFIRM, TOOL, "lead", 7200)
+    short = calls.grant(laptop, CallKind.TOOL_CONFIRM, TOOL, "op", 60)
+    longer = calls.grant(laptop, CallKind.TOOL_CONFIRM, TOOL, "lead", 7200)
     assert longer.pk == short.pk and PermissionGrant.objects.count() == 1
-    assert calls.grant(laptop, ToolCall.TOOL_CONFIRM, TOOL, "op", 60).expires_at == longer.expires_at
+    assert calls.grant(laptop, CallKind.TOOL_CONFIRM, TOOL, "op", 60).expires_at == longer.expires_at
 
 
 def test_it_grants_a_permission_prompt_by_tool_name_for_a_while(agents):
@@ -152,12 +153,12 @@ def test_it_grants_a_permission_prompt_by_tool_name_for_a_while(agents):
     assert calls.permission_answer(later) == {"behavior": "allow", "updatedInput": {"command": "make test"}}
     assert calls.create_permission_prompt(agents["ci"][0], "Bash", {}, "mcp:s1").status == "pending"
     # A grant of a permission prompt's tool name never lets a tool call of that name through.
-    assert not calls.granted(laptop, ToolCall.TOOL_CONFIRM, "Bash")
+    assert not calls.granted(laptop, CallKind.TOOL_CONFIRM, "Bash")
 
 
 def test_it_ends_a_tokens_grants_when_the_token_is_revoked(tool, agents, signed_in):
     laptop = agents["laptop"][0]
-    calls.grant(laptop, ToolCall.TOOL_CONFIRM, TOOL, "op", 3600)
+    calls.grant(laptop, CallKind.TOOL_CONFIRM, TOOL, "op", 3600)
     calls.remember_permission(laptop, "Bash", "op")
     signed_in.post(f"/tokens/{laptop.pk}/revoke/")
     assert not PermissionGrant.in_force().filter(token=laptop).exists()

@@ -21,6 +21,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from mcpcore import calls, files, live, serverconfig
+from mcpcore.choices import TokenRole
 from mcpcore.models import ApiToken, Server, SessionAllowance, Tool, ToolCall
 
 pytestmark = pytest.mark.django_db
@@ -323,7 +324,7 @@ def test_it_shows_connect_an_agent_on_the_servers_page_while_no_token_exists(sig
     made = r.content.decode()
     assert 'id="config-claude"' in made and "claude mcp add --transport http" in made
     assert 'href="#client-config"' in made  # the panel points at the snippets made with it
-    assert ApiToken.objects.get(name="my-agent").role == ApiToken.AGENT
+    assert ApiToken.objects.get(name="my-agent").role == TokenRole.AGENT
     assert "Connect an agent" not in signed_in.get("/").content.decode()
     ApiToken.objects.update(revoked_at=timezone.now())
     assert "Connect an agent" in signed_in.get("/").content.decode()

@@ -7,13 +7,14 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import cache, db
+from .. import cache, db, schemas
 from ..choices import TokenRole
 from ..models import ApiToken, ToolCall
 
@@ -27,6 +28,15 @@ class ApiError(Exception):
         super().__init__(message)
         self.message = message
         self.status = status
+
+
+class ApiRequest(HttpRequest):
+    """A `/v1` request as its view gets it from `api_view`."""
+
+    api_token: ApiToken  # the caller's token (auth passed, its rights checked)
+    prepared: Any  # what `api_view(prepare=...)` returned
+    wait_seconds: float  # `POST /v1/mcp/call`: how long to wait for the call's end
+    client_gone: "asyncio.Future[None]"  # done when the client went away (api.handler only)
 
 
 def error(message: str, status: int) -> JsonResponse:
@@ -139,6 +149,13 @@ def may_not(what: str) -> ApiError:
     return ApiError(f"this token may not {what}", 403)
 
 
+# The answers of the call narrowings, shared by the checks below and by `describe`.
+CALL_NOT_FOUND = "call not found"
+CANCEL_OTHERS = "cancel other tokens' calls"
+REPLY = "reply to confirmations"
+OWN_CALL = "a token may not reply to its own call"
+
+
 def _own(token: ApiToken, owner_id: int | None) -> bool:
     return owner_id is not None and owner_id == token.pk
 
@@ -154,12 +171,12 @@ def _check_call(token: ApiToken, right: Right, call_id: str) -> None:
     if row is None or _own(token, row[0]) or token.role == ADMIN:
         return
     if token.role == AGENT:
-        raise ApiError("call not found", 404)
+        raise ApiError(CALL_NOT_FOUND, 404)
     if right.calls == "cancel":
-        raise may_not("cancel other tokens' calls")
+        raise may_not(CANCEL_OTHERS)
 
 
-def _check_right(request: HttpRequest, kwargs: dict) -> None:
+def _check_right(request: ApiRequest, kwargs: dict) -> None:
     match = getattr(request, "resolver_match", None)
     right = RIGHTS.get((match.url_name if match else None, request.method))
     token = request.api_token
@@ -181,9 +198,51 @@ def reply_refusal(token: ApiToken, call: ToolCall) -> None:
     """Raise the 403 for a token that may not reply to this (found) confirmation, in the
     order of SPEC 12.1: its own call for any role, then any call for an agent."""
     if _own(token, call.token_id):
-        raise ApiError("a token may not reply to its own call", 403)
+        raise ApiError(OWN_CALL, 403)
     if token.role == AGENT:
-        raise may_not("reply to confirmations")
+        raise may_not(REPLY)
+
+
+ROLES = (AGENT, APPROVER, ADMIN)
+_OTHERS_CALL = f"its own calls only (another token's call: 404 `{CALL_NOT_FOUND}`)"
+# What each narrowing lets each role do, as the checks above apply it.
+_NARROWED: dict[str, dict[str, str]] = {
+    "read": {AGENT: _OTHERS_CALL, APPROVER: "any call", ADMIN: "any call"},
+    "cancel": {
+        AGENT: _OTHERS_CALL,
+        APPROVER: f"its own calls only (another token's call: 403 `this token may not {CANCEL_OTHERS}`)",
+        ADMIN: "any call",
+    },
+    "list": {AGENT: "its own calls only", APPROVER: "all", ADMIN: "all"},
+    "reply": {
+        AGENT: f"no (403 `this token may not {REPLY}`)",
+        APPROVER: f"other tokens' calls (its own: 403 `{OWN_CALL}`)",
+        ADMIN: f"other tokens' calls (its own: 403 `{OWN_CALL}`)",
+    },
+}
+_REFUSALS: dict[str, dict[int, str]] = {
+    "read": {404: f"{CALL_NOT_FOUND} (also an agent naming another token's call)"},
+    "cancel": {
+        403: f"this token may not {CANCEL_OTHERS} (an approver)",
+        404: f"{CALL_NOT_FOUND} (also an agent naming another token's call)",
+    },
+    "reply": {403: f"{OWN_CALL} (any role); this token may not {REPLY} (an agent)"},
+}
+
+
+def describe(right: Right) -> tuple[dict[str, str], dict[int, str]]:
+    """What each role may do with a route under `right`, and the refusals (status: answer) it
+    gives: the OpenAPI description's `x-agenvoy-roles`, read off the rights table."""
+    roles = {}
+    for role in ROLES:
+        if role not in right.roles:
+            roles[role] = f"no (403 `this token may not {right.denied}`)"
+        else:
+            roles[role] = _NARROWED[right.calls][role] if right.calls else "yes"
+    refusals = dict(_REFUSALS.get(right.calls, {}))
+    if right.roles != ALL_ROLES:
+        refusals[403] = f"this token may not {right.denied}"
+    return roles, refusals
 
 
 def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Callable:
@@ -195,14 +254,15 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
     before it writes); its result is `request.prepared`. The call path uses it so that a call
     costs one trip before it runs.
 
-    The view gets the token as `request.api_token`; ApiError becomes its JSON answer, and any
-    other exception a logged 500 without details (never a traceback in the answer).
+    The view gets an `ApiRequest` (the token as `request.api_token`); ApiError and the input
+    contract's InputError (`mcpcore.schemas`) become its JSON answer, and any other exception
+    a logged 500 without details (never a traceback in the answer).
     """
 
     def wrap(view: Callable) -> Callable:
         is_async = asyncio.iscoroutinefunction(view)
 
-        def precheck(request: HttpRequest, kwargs: dict) -> JsonResponse | None:
+        def precheck(request: ApiRequest, kwargs: dict) -> JsonResponse | None:
             token = _token_of(request)
             if token is None:
                 return error("authentication required", 401)
@@ -217,19 +277,19 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
                 return error(exc.message, exc.status)
             return None
 
-        def precheck_and_prepare(request: HttpRequest, kwargs: dict) -> JsonResponse | None:
+        def precheck_and_prepare(request: ApiRequest, kwargs: dict) -> JsonResponse | None:
             denied = precheck(request, kwargs)
             if denied is None:
                 try:
                     request.prepared = prepare(request)
-                except ApiError as exc:
+                except (ApiError, schemas.InputError) as exc:
                     return error(exc.message, exc.status)
             return denied
 
         if is_async:
 
             @functools.wraps(view)
-            async def handler(request: HttpRequest, *args, **kwargs):
+            async def handler(request: ApiRequest, *args, **kwargs):
                 if prepare is None:
                     denied = await db.read(precheck, request, kwargs)
                 else:
@@ -238,7 +298,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
                     return denied
                 try:
                     return await view(request, *args, **kwargs)
-                except ApiError as exc:
+                except (ApiError, schemas.InputError) as exc:
                     return error(exc.message, exc.status)
                 except Exception:
                     log.exception("unhandled error in %s", request.path)
@@ -246,20 +306,20 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
 
         else:
 
-            def run_sync(request: HttpRequest, *args, **kwargs):
+            def run_sync(request: ApiRequest, *args, **kwargs):
                 try:
                     denied = precheck(request, kwargs)
                     if denied is not None:
                         return denied
                     return view(request, *args, **kwargs)
-                except ApiError as exc:
+                except (ApiError, schemas.InputError) as exc:
                     return error(exc.message, exc.status)
                 except Exception:
                     log.exception("unhandled error in %s", request.path)
                     return error("internal error", 500)
 
             @functools.wraps(view)
-            async def handler(request: HttpRequest, *args, **kwargs):
+            async def handler(request: ApiRequest, *args, **kwargs):
                 # A sync view, auth included, is one trip to a view thread: concurrent
                 # requests run side by side, each thread keeping its database connection.
                 return await db.run_view(run_sync, request, *args, **kwargs)

@@ -1,87 +1,33 @@
-"""The OpenAPI 3.1 description of `/v1`, readable without a token. Each operation says what
-each token role may do with it (`x-agenvoy-roles`, SPEC 12.1) and which answers a refusal gets."""
+"""The OpenAPI 3.1 description of `/v1`, readable without a token.
+
+Generated, so that nothing about a route is written twice: its path, path parameters and
+methods come from the URL patterns and their views (`api_methods`); its request body and query
+parameters from the input contract (`mcpcore.schemas`); what each token role may do with it
+(`x-agenvoy-roles`, SPEC 12.1) and the refusals it answers from the rights table
+(`auth.RIGHTS`, through `auth.describe`). Written here is only what no other place holds: each
+operation's summary, the shape of its answer, and the errors of its own.
+"""
+
+import functools
+from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from django.http import HttpRequest, JsonResponse
+from django.urls import URLPattern, reverse
+from pydantic.json_schema import models_json_schema
+
+from .. import schemas
+from . import auth
 
 _ERR = {"$ref": "#/components/schemas/Error"}
 _OK = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
-
-
-def _op(
-    summary: str,
-    body: dict | None = None,
-    answer: dict | None = None,
-    errors: tuple[int, ...] = (400,),
-    params: list | None = None,
-    roles: dict | None = None,
-    why: dict[int, str] | None = None,
-) -> dict:
-    roles = roles or _EVERY
-    op: dict = {
-        "summary": summary,
-        "description": "Roles: " + "; ".join(f"{role}: {right}" for role, right in roles.items()) + ".",
-        "x-agenvoy-roles": roles,
-        "responses": {
-            "200": {"description": "OK", "content": {"application/json": {"schema": answer or _OK}}},
-            "401": {
-                "description": "authentication required",
-                "content": {"application/json": {"schema": _ERR}},
-            },
-        },
-    }
-    for code in sorted(set(errors) | set(why or {})):
-        op["responses"][str(code)] = {
-            "description": (why or {}).get(code, "error"),
-            "content": {"application/json": {"schema": _ERR}},
-        }
-    if body is not None:
-        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
-    if params:
-        op["parameters"] = params
-    return op
-
-
-_EVERY = {"agent": "yes", "approver": "yes", "admin": "yes"}
-
-
-def _admin(what: str) -> dict:
-    """`_op` arguments of an admin-only operation: its roles and its 403."""
-    no = f"no (403 `this token may not {what}`)"
-    return {
-        "roles": {"agent": no, "approver": no, "admin": "yes"},
-        "why": {403: f"this token may not {what}"},
-    }
-
-
-_READ_CALL = {
-    "agent": "its own calls only (another token's call: 404 `call not found`)",
-    "approver": "any call",
-    "admin": "any call",
-}
-_CANCEL_CALL = {
-    "agent": "its own calls only (another token's call: 404 `call not found`)",
-    "approver": "its own calls only (another token's call: 403 `this token may not cancel other tokens' calls`)",
-    "admin": "any call",
-}
+_STR = {"type": "string"}
 
 
 def _obj(props: dict, required: tuple[str, ...] = ()) -> dict:
     return {"type": "object", "properties": props, "required": list(required)}
 
 
-_STR = {"type": "string"}
-_SERVER = _obj(
-    {
-        "command": _STR,
-        "args": {"type": "array", "items": _STR},
-        "env": {"type": "object", "additionalProperties": _STR},
-        "url": _STR,
-        "headers": {"type": "object", "additionalProperties": _STR},
-        "type": {"type": "string", "enum": ["stdio", "streamable-http", "sse"]},
-        "disabled": {"type": "boolean"},
-        "timeout": {"type": "number", "minimum": 1},
-    }
-)
 _CALL_ANSWER = _obj(
     {
         "call_id": _STR,
@@ -110,186 +56,192 @@ _RULES = _obj(
     },
     ("rules", "error"),
 )
-_PATH = lambda name: {"name": name, "in": "path", "required": True, "schema": _STR}  # noqa: E731
-_WAIT = {
-    "name": "wait",
-    "in": "query",
-    "required": False,
-    "schema": {"type": "number", "minimum": 0, "maximum": 300},
+_FILE = {409: "the file is unreadable or invalid (fix the file first; it was not changed)"}
+
+
+@dataclass(frozen=True)
+class Operation:
+    """What only the description says about one method of one route."""
+
+    summary: str
+    body: type[schemas.Contract] | None = None
+    query: type[schemas.Contract] | None = None
+    answer: dict | None = None
+    errors: dict[int, str] = field(default_factory=dict)
+
+
+# Keyed like auth.RIGHTS: (URL name, method).
+OPERATIONS: dict[tuple[str, str], Operation] = {
+    ("api-mcp", "GET"): Operation("List servers (secrets masked)"),
+    ("api-mcp", "POST"): Operation("Add or change a server", schemas.ServerEdit, errors=_FILE),
+    ("api-mcp-remove", "POST"): Operation(
+        "Remove a server", schemas.ServerRef, errors={404: "server not found", **_FILE}
+    ),
+    ("api-mcp-status", "GET"): Operation("Connection status of every server"),
+    ("api-mcp-reconnect", "POST"): Operation(
+        "Reconnect one server or all", schemas.ReconnectBody, errors={404: "server not found"}
+    ),
+    ("api-mcp-tools", "GET"): Operation("Registered tools"),
+    ("api-mcp-instructions", "GET"): Operation("Server instructions as a system-prompt block"),
+    ("api-allowlist", "GET"): Operation("Allow-list entries", query=schemas.AllowQuery),
+    ("api-allowlist", "POST"): Operation(
+        "Replace the entries of one prefix", schemas.AllowEdit, errors=_FILE
+    ),
+    ("api-rules", "GET"): Operation("Argument rules in force, and the rules file's problem", answer=_RULES),
+    ("api-rules", "POST"): Operation(
+        "Replace the rules file (one rule a line)", schemas.RulesEdit, answer=_RULES, errors=_FILE
+    ),
+    ("api-mcp-call", "POST"): Operation(
+        "Call a tool through the confirmation gate",
+        schemas.CallBody,
+        answer=_CALL_ANSWER,
+        errors={
+            403: "this token may not use auto mode (a token made with --no-auto)",
+            404: "unknown tool: <name>",
+            429: "too many pending confirmations for this token (AGENVOY_MAX_PENDING)",
+            503: "server <name> is not connected: <why>",
+        },
+    ),
+    ("api-mcp-call-detail", "GET"): Operation(
+        "A call, optionally waiting for it to end",
+        query=schemas.WaitQuery,
+        answer=_CALL_ANSWER,
+        errors={404: "call not found"},
+    ),
+    ("api-mcp-call-cancel", "POST"): Operation(
+        "Cancel a pending or running call", errors={404: "call not found", 409: "call already ended"}
+    ),
+    ("api-pending", "GET"): Operation("Pending confirmations, oldest first"),
+    ("api-hooks-claude-code", "POST"): Operation(
+        "A Claude Code HTTP hook (PermissionRequest, PreToolUse): a permission prompt held for a person up"
+        " to `wait` seconds (query, 1 to 600, default 55), answered in the event's own JSON ({} when"
+        " nobody decided)",
+        schemas.ClaudeCodeHook,
+        answer={"type": "object", "description": "The event's hookSpecificOutput, or {}"},
+        errors={
+            413: "request body too large",
+            429: "too many pending confirmations for this token (AGENVOY_MAX_PENDING)",
+        },
+    ),
+    ("api-confirm", "POST"): Operation(
+        "Reply to a pending confirmation",
+        schemas.Reply,
+        # Answered in this order: 404, then 403 (own call, then agent), then 400, then 410.
+        errors={
+            404: "confirmation not found (unknown id, or another session id)",
+            410: "confirmation already resolved or expired",
+        },
+    ),
 }
 
-PATHS = {
-    "/v1/mcp": {
-        "get": _op("List servers (secrets masked)", errors=(), **_admin("read server configuration")),
-        "post": _op(
-            "Add or change a server",
-            _obj({"name": _STR, "server": _SERVER}, ("name", "server")),
-            **_admin("change servers"),
-        ),
-    },
-    "/v1/mcp/remove": {
-        "post": _op(
-            "Remove a server",
-            _obj({"name": _STR}, ("name",)),
-            errors=(400, 404),
-            **_admin("change servers"),
-        )
-    },
-    "/v1/mcp/status": {"get": _op("Connection status of every server", errors=())},
-    "/v1/mcp/reconnect": {
-        "post": _op(
-            "Reconnect one server or all",
-            _obj({"name": _STR}),
-            errors=(400, 404),
-            **_admin("reconnect servers"),
-        )
-    },
-    "/v1/mcp/tools": {"get": _op("Registered tools", errors=())},
-    "/v1/mcp/instructions": {"get": _op("Server instructions as a system-prompt block", errors=())},
-    "/v1/allowlist": {
-        "get": _op(
-            "Allow-list entries",
-            errors=(),
-            params=[{"name": "prefix", "in": "query", "required": False, "schema": _STR}],
-        ),
-        "post": _op(
-            "Replace the entries of one prefix",
-            _obj(
-                {
-                    "tool": _obj({"prefix": _STR, "entries": {"type": "array", "items": _STR}}, ("prefix",)),
-                }
-            ),
-            **_admin("change the allow-list"),
-        ),
-    },
-    "/v1/rules": {
-        "get": _op("Argument rules in force, and the rules file's problem", answer=_RULES, errors=()),
-        "post": _op(
-            "Replace the rules file (one rule a line)",
-            _obj({"rules": {"type": "array", "items": _STR}}, ("rules",)),
-            _RULES,
-            errors=(400, 409),
-            **_admin("change rules"),
-        ),
-    },
-    "/v1/mcp/call": {
-        "post": _op(
-            "Call a tool through the confirmation gate",
-            _obj(
-                {
-                    "name": _STR,
-                    "arguments": {"type": "object"},
-                    "session_id": _STR,
-                    "mode": {"type": "string", "enum": ["confirm", "auto", "single-confirm", "always-allow"]},
-                    "wait": {"type": "number", "minimum": 0, "maximum": 300},
-                },
-                ("name",),
-            ),
-            _CALL_ANSWER,
-            errors=(400, 404, 503),
-            why={
-                403: "this token may not use auto mode (a token made with --no-auto)",
-                429: "too many pending confirmations for this token (AGENVOY_MAX_PENDING)",
-            },
-        ),
-    },
-    "/v1/mcp/calls/{call_id}": {
-        "get": _op(
-            "A call, optionally waiting for it to end",
-            answer=_CALL_ANSWER,
-            errors=(400,),
-            params=[_PATH("call_id"), _WAIT],
-            roles=_READ_CALL,
-            why={404: "call not found (also an agent asking for another token's call)"},
-        ),
-    },
-    "/v1/mcp/calls/{call_id}/cancel": {
-        "post": _op(
-            "Cancel a pending or running call",
-            errors=(409,),
-            params=[_PATH("call_id")],
-            roles=_CANCEL_CALL,
-            why={
-                403: "this token may not cancel other tokens' calls (an approver)",
-                404: "call not found (also an agent naming another token's call)",
-            },
-        ),
-    },
-    "/v1/pending": {
-        "get": _op(
-            "Pending confirmations, oldest first",
-            errors=(),
-            roles={"agent": "its own calls' confirmations only", "approver": "all", "admin": "all"},
-        )
-    },
-    "/v1/session/{session_id}/confirm/{confirm_id}": {
-        "post": _op(
-            "Reply to a pending confirmation",
-            _obj(
-                {
-                    "approve": {"type": "boolean"},
-                    "remember": {"type": "boolean"},
-                    "allow_turn": {"type": "boolean"},
-                    "abort": {"type": "boolean"},
-                    "reason": _STR,
-                    "remember_for": {"type": "integer", "minimum": 60, "maximum": 604800},
-                }
-            ),
-            errors=(400,),
-            params=[_PATH("session_id"), _PATH("confirm_id")],
-            roles={
-                "agent": "no (403 `this token may not reply to confirmations`)",
-                "approver": "other tokens' calls",
-                "admin": "other tokens' calls",
-            },
-            # In this order: 404, then 403 (own call, then agent), then 410.
-            why={
-                404: "confirmation not found (unknown id, or another session id)",
-                403: "a token may not reply to its own call (any role); this token may not reply to"
-                " confirmations (an agent)",
-                410: "confirmation already resolved or expired",
-            },
-        ),
-    },
-    "/v1/hooks/claude-code": {
-        "post": _op(
-            "A Claude Code HTTP hook (PermissionRequest, PreToolUse): a permission prompt held for a"
-            " person up to `wait` seconds, answered in the event's own JSON ({} when nobody decided)",
-            {"type": "object", "description": "The JSON Claude Code posts for the event, as it is."},
-            {"type": "object", "description": "The event's hookSpecificOutput, or {}"},
-            errors=(400,),
-            params=[
-                {
-                    "name": "wait",
-                    "in": "query",
-                    "required": False,
-                    "schema": {"type": "number", "minimum": 1, "maximum": 600, "default": 55},
-                }
-            ],
-            why={429: "too many pending confirmations for this token (AGENVOY_MAX_PENDING)"},
-        )
-    },
+INFO = {
+    "title": "Agenvoy MCP console",
+    "version": "1.0.0",
+    "description": "Every route but this description needs `Authorization: Bearer <token>`. A token has one"
+    " role, fixed when it is made: `agent` (calls tools, sees its own calls), `approver` (also answers"
+    " other tokens' confirmations), `admin` (also changes servers, the allow-list and rules). No token"
+    " may reply to a confirmation of its own call. Each operation's `x-agenvoy-roles` says what each"
+    " role may do with it. A body or query that breaks the contract gets 400 with the first broken"
+    " rule's message.",
 }
 
-SPEC = {
-    "openapi": "3.1.0",
-    "info": {
-        "title": "Agenvoy MCP console",
-        "version": "1.0.0",
-        "description": "Every route but this description needs `Authorization: Bearer <token>`. A token has one"
-        " role, fixed when it is made: `agent` (calls tools, sees its own calls), `approver` (also answers"
-        " other tokens' confirmations), `admin` (also changes servers, the allow-list and rules). No token"
-        " may reply to a confirmation of its own call. Each operation's `x-agenvoy-roles` says what each"
-        " role may do with it.",
-    },
-    "components": {
-        "schemas": {"Error": _obj({"error": _STR}, ("error",))},
-        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-    },
-    "security": [{"bearer": []}],
-    "paths": PATHS,
-}
+
+def _answer(description: str, schema: dict) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _ref(model: type[schemas.Contract]) -> dict:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _operation(key: tuple[str, str], op: Operation, path_params: list[str], components: dict) -> dict:
+    roles, refusals = auth.describe(auth.RIGHTS[key])
+    out: dict = {
+        "operationId": f"{key[0]}-{key[1].lower()}",
+        "summary": op.summary,
+        "description": "Roles: " + "; ".join(f"{role}: {right}" for role, right in roles.items()) + ".",
+        "x-agenvoy-roles": roles,
+        "responses": {
+            "200": _answer("OK", op.answer or _OK),
+            "401": _answer("authentication required", _ERR),
+        },
+    }
+    errors = {**op.errors, **refusals}  # a refusal's text says who gets it
+    if op.body is not None or op.query is not None:
+        errors[400] = "the first broken rule of the input contract, as its message"
+    for code in sorted(errors):
+        out["responses"][str(code)] = _answer(errors[code], _ERR)
+    params = [{"name": name, "in": "path", "required": True, "schema": _STR} for name in path_params]
+    if op.query is not None:
+        query = components[op.query.__name__]
+        params += [
+            {"name": name, "in": "query", "required": False, "schema": schema}
+            for name, schema in query["properties"].items()
+        ]
+    if params:
+        out["parameters"] = params
+    if op.body is not None:
+        out["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(op.body)}}}
+    return out
+
+
+def _components() -> dict:
+    models = {m for op in OPERATIONS.values() for m in (op.body, op.query) if m is not None}
+    _, found = models_json_schema(
+        [(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
+        ref_template="#/components/schemas/{model}",
+        schema_generator=schemas.PlainJsonSchema,
+    )
+    definitions = found.get("$defs", {})
+    for definition in definitions.values():
+        schemas.tidy(definition)
+    return {**definitions, "Error": _obj({"error": _STR}, ("error",))}
+
+
+def _routes() -> list[tuple[str, URLPattern]]:
+    """(URL name, pattern) of each described route, in the order of the URL patterns."""
+    from . import urls  # the URL patterns import this module's view
+
+    return [
+        (p.name, p)
+        for p in urls.urlpatterns
+        if isinstance(p, URLPattern) and p.name and p.callback is not None
+    ]
+
+
+@functools.cache
+def description() -> dict:
+    """The whole description, built once (from the URL patterns, the models and RIGHTS)."""
+    components = _components()
+    paths: dict[str, dict] = {}
+    for name, pattern in _routes():
+        methods = getattr(pattern.callback, "api_methods", ())
+        keys = [(name, m) for m in methods if (name, m) in OPERATIONS]
+        if not keys:
+            continue  # the description itself, and the catch-all 404s
+        params = list(pattern.pattern.converters)
+        path = unquote(reverse(name, kwargs={p: f"{{{p}}}" for p in params}))
+        paths[path] = {
+            m.lower(): _operation((name, m), OPERATIONS[(name, m)], params, components) for _, m in keys
+        }
+    return {
+        "openapi": "3.1.0",
+        "info": INFO,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+        "paths": paths,
+    }
+
+
+def undescribed() -> set[tuple[str, str]]:
+    """Methods of `/v1` routes without an operation here, and operations of no route (a test
+    keeps this empty): the catch-all 404s are the only routes left out."""
+    routes = {(n, m) for n, p in _routes() for m in getattr(p.callback, "api_methods", ())}
+    return {k for k in routes if not k[0].startswith("api-not-found")} ^ set(OPERATIONS)
 
 
 def openapi_json(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(SPEC)
+    return JsonResponse(description())

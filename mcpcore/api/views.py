@@ -4,20 +4,25 @@ import asyncio
 import json
 
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, JsonResponse
+from django.http import JsonResponse
 from django.utils import timezone
 
-from .. import allowlist, control, files, names, serverconfig
+from .. import allowlist, control, files, serverconfig
 from ..choices import CallStatus
-from ..models import Server, Tool, mask_config
-from .auth import ApiError, api_view, json_body, reply_refusal, visible_calls
-
-
-def _name_from(body: dict) -> str:
-    name = body.get("name")
-    if not isinstance(name, str) or name.strip() == "":
-        raise ApiError("name is required")
-    return name.strip()
+from ..models import Server, Tool, ToolCall, mask_config
+from ..schemas import (
+    AllowEdit,
+    AllowQuery,
+    CallWait,
+    ClaudeCodeHook,
+    InputError,
+    ReconnectBody,
+    RulesEdit,
+    ServerEdit,
+    ServerRef,
+    WaitQuery,
+)
+from .auth import ApiError, ApiRequest, api_view, json_body, reply_refusal, visible_calls
 
 
 def _file_error(exc: files.ConfigFileError) -> ApiError:
@@ -25,20 +30,13 @@ def _file_error(exc: files.ConfigFileError) -> ApiError:
 
 
 @api_view(("GET", "POST"))
-def mcp_servers(request: HttpRequest) -> JsonResponse:
+def mcp_servers(request: ApiRequest) -> JsonResponse:
     if request.method == "GET":
         listing = {s.name: mask_config(s.config) for s in Server.objects.all()}
         return JsonResponse({"servers": listing})
-    body = json_body(request)
-    name = _name_from(body)
-    problem = names.server_name_problem(name)
-    if problem:
-        raise ApiError(f"invalid server name: {problem}")
-    config = body.get("server")
-    if not isinstance(config, dict):
-        raise ApiError("server.command or server.url is required")
+    edit = ServerEdit.check(json_body(request))
     try:
-        serverconfig.save(name, serverconfig.clean_config(config))
+        serverconfig.save(edit.name, edit.server)
     except serverconfig.ServerConfigError as exc:
         raise ApiError(str(exc)) from None
     except files.ConfigFileError as exc:
@@ -47,8 +45,8 @@ def mcp_servers(request: HttpRequest) -> JsonResponse:
 
 
 @api_view(("POST",))
-def mcp_remove(request: HttpRequest) -> JsonResponse:
-    name = _name_from(json_body(request))
+def mcp_remove(request: ApiRequest) -> JsonResponse:
+    name = ServerRef.check(json_body(request)).name
     try:
         found = serverconfig.remove(name)
     except files.ConfigFileError as exc:
@@ -59,38 +57,28 @@ def mcp_remove(request: HttpRequest) -> JsonResponse:
 
 
 @api_view(("GET", "POST"))
-def allowlist_view(request: HttpRequest) -> JsonResponse:
+def allowlist_view(request: ApiRequest) -> JsonResponse:
     if request.method == "GET":
-        prefix = request.GET.get("prefix", "")
+        prefix = AllowQuery.check(request.GET.dict()).prefix
         entries = files.current_allow()
         return JsonResponse({"tool": {"entries": allowlist.entries_for(entries, prefix)}})
-    body = json_body(request)
-    block = body.get("tool")
-    if block is None:
-        if body.get("skill") is not None:
-            raise ApiError("skill allow-lists are not managed by this console")
-        raise ApiError("skill or tool is required")
-    if not isinstance(block, dict):
-        raise ApiError("tool must be an object")
+    edit = AllowEdit.check(json_body(request)).tool
     try:
-        prefix, entries = allowlist.validate_edit(block.get("prefix"), block.get("entries"))
-        now = files.replace_allow_prefix(prefix, entries)
-    except allowlist.AllowListError as exc:
-        raise ApiError(str(exc)) from None
+        now = files.replace_allow_prefix(edit.prefix, edit.entries)
     except files.ConfigFileError as exc:
         raise _file_error(exc) from None
     return JsonResponse({"ok": True, "tool": {"entries": now}})
 
 
 @api_view(("GET",))
-def mcp_tools(request: HttpRequest) -> JsonResponse:
+def mcp_tools(request: ApiRequest) -> JsonResponse:
     tools = list(Tool.objects.select_related("server").order_by("registered_name"))
     trust = files.trust_states(tools)
     return JsonResponse({"tools": [{**t.to_dict(), "trust": trust[t.registered_name]} for t in tools]})
 
 
 @api_view(("GET", "POST", "PUT", "PATCH", "DELETE"))
-def not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
+def not_found(request: ApiRequest, rest: str = "") -> JsonResponse:
     raise ApiError("not found", 404)
 
 
@@ -98,7 +86,7 @@ def not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
 
 
 @api_view(("GET",))
-def mcp_status(request: HttpRequest) -> JsonResponse:
+def mcp_status(request: ApiRequest) -> JsonResponse:
     from django.db.models import Count
 
     rows = Server.objects.annotate(n=Count("tools")).order_by("name")
@@ -106,7 +94,7 @@ def mcp_status(request: HttpRequest) -> JsonResponse:
 
 
 @api_view(("GET",))
-def mcp_instructions(request: HttpRequest) -> JsonResponse:
+def mcp_instructions(request: ApiRequest) -> JsonResponse:
     from ..instructions import instructions_block
 
     pairs = list(Server.objects.filter(enabled=True).values_list("name", "instructions"))
@@ -114,12 +102,8 @@ def mcp_instructions(request: HttpRequest) -> JsonResponse:
 
 
 @api_view(("POST",))
-async def mcp_reconnect(request: HttpRequest) -> JsonResponse:
-    body = json_body(request)
-    name = body.get("name")
-    if name is not None and (not isinstance(name, str) or not name.strip()):
-        raise ApiError("name must be a server name")
-    outcome = await control.reconnect(name.strip() if name else None)
+async def mcp_reconnect(request: ApiRequest) -> JsonResponse:
+    outcome = await control.reconnect(ReconnectBody.check(json_body(request)).name)
     if outcome is None:
         raise ApiError("server not found", 404)
     return JsonResponse({"ok": True, "servers": outcome})
@@ -128,29 +112,18 @@ async def mcp_reconnect(request: HttpRequest) -> JsonResponse:
 # --- calls and the gate -----------------------------------------------------------------------
 
 
-def _wait_seconds(raw: object, default: float) -> float:
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise ApiError("wait must be a number of seconds from 0 to 300") from None
-    if isinstance(raw, bool) or not 0 <= value <= 300:
-        raise ApiError("wait must be a number of seconds from 0 to 300")
-    return value
+def _who(request: ApiRequest) -> str:
+    return f"token:{request.api_token.name}"
 
 
-def _who(request: HttpRequest) -> str:
-    token = getattr(request, "api_token", None)
-    return f"token:{token.name}" if token is not None else ""
-
-
-def _create_call(request: HttpRequest):
-    """`calls.create` for `POST /v1/mcp/call`, in the same database trip as the auth."""
+def _create_call(request: ApiRequest) -> ToolCall:
+    """`calls.create` for `POST /v1/mcp/call` (`schemas.CallBody`), in the same database
+    trip as the auth: `wait` is checked here, first; the call by `calls.create`, as for every
+    door."""
     from .. import calls
 
     body = json_body(request)
-    request.wait_seconds = _wait_seconds(body.get("wait"), 30.0)
+    request.wait_seconds = CallWait.check(body).wait
     try:
         return calls.create(
             request.api_token,
@@ -166,7 +139,7 @@ def _create_call(request: HttpRequest):
 
 
 @api_view(("POST",), prepare=_create_call)
-async def mcp_call(request: HttpRequest) -> JsonResponse:
+async def mcp_call(request: ApiRequest) -> JsonResponse:
     from .. import calls
 
     call, wait, local = request.prepared, request.wait_seconds, calls.local_supervisor(request)
@@ -179,7 +152,7 @@ def _answer(call, full: bool = False) -> JsonResponse:
     return JsonResponse(body, status=200 if call.ended or full else 202)
 
 
-async def _until_gone(request: HttpRequest, waiting, seconds: float):
+async def _until_gone(request: ApiRequest, waiting, seconds: float):
     """What `calls.wait` gives, cut short when the client has disconnected: nobody is left to
     answer, and a long poll must not hold its channel for nothing (the call goes on)."""
     gone = getattr(request, "client_gone", None)  # set by the ASGI handler; not in test clients
@@ -193,7 +166,7 @@ async def _until_gone(request: HttpRequest, waiting, seconds: float):
     return None  # the answer goes nowhere
 
 
-async def _call_answer(request: HttpRequest, call_id, wait: float, full: bool = False) -> JsonResponse:
+async def _call_answer(request: ApiRequest, call_id, wait: float, full: bool = False) -> JsonResponse:
     from .. import calls
 
     call = await calls.get(call_id)
@@ -213,14 +186,14 @@ def _uuid_or_404(value: str, message: str):
 
 
 @api_view(("GET",))
-async def mcp_call_detail(request: HttpRequest, call_id: str) -> JsonResponse:
+async def mcp_call_detail(request: ApiRequest, call_id: str) -> JsonResponse:
     cid = _uuid_or_404(call_id, "call not found")
-    wait = _wait_seconds(request.GET.get("wait"), 0.0)
+    wait = WaitQuery.check(request.GET.dict()).wait
     return await _call_answer(request, cid, wait, full=True)
 
 
 @api_view(("POST",))
-async def mcp_call_cancel(request: HttpRequest, call_id: str) -> JsonResponse:
+async def mcp_call_cancel(request: ApiRequest, call_id: str) -> JsonResponse:
     from .. import calls
 
     cid = _uuid_or_404(call_id, "call not found")
@@ -232,9 +205,7 @@ async def mcp_call_cancel(request: HttpRequest, call_id: str) -> JsonResponse:
 
 
 @api_view(("GET",))
-def pending(request: HttpRequest) -> JsonResponse:
-    from ..models import ToolCall
-
+def pending(request: ApiRequest) -> JsonResponse:
     rows = visible_calls(request.api_token, ToolCall.objects.filter(status=CallStatus.PENDING)).order_by(
         "created_at"
     )
@@ -242,7 +213,7 @@ def pending(request: HttpRequest) -> JsonResponse:
 
 
 @api_view(("POST",))
-async def confirm(request: HttpRequest, session_id: str, confirm_id: str) -> JsonResponse:
+async def confirm(request: ApiRequest, session_id: str, confirm_id: str) -> JsonResponse:
     from .. import calls
 
     body = json_body(request)
@@ -270,17 +241,12 @@ def _rules_body() -> dict:
 
 
 @api_view(("GET", "POST"))
-def rules_view(request: HttpRequest) -> JsonResponse:
+def rules_view(request: ApiRequest) -> JsonResponse:
     from .. import rules
 
     if request.method == "GET":
         return JsonResponse(_rules_body())
-    lines = json_body(request).get("rules")
-    if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
-        raise ApiError("rules must be a list of strings, one rule each")
-    for number, line in enumerate(lines, start=1):
-        if "\n" in line or "\r" in line:
-            raise ApiError(f"invalid rule on line {number}: one rule a line (no line breaks in an item)")
+    lines = RulesEdit.check(json_body(request)).rules
     try:
         files.write_rules(lines)
     except rules.RuleError as exc:
@@ -293,12 +259,9 @@ def rules_view(request: HttpRequest) -> JsonResponse:
 # --- Claude Code's hooks (SPEC 17.1) ------------------------------------------------------------
 
 
-def _hook_body(request: HttpRequest):
+def _hook_body(request: ApiRequest) -> ClaudeCodeHook:
     """The hook's body as a `ClaudeCodeHook`; its first problem is the 400 (SPEC 17.1 order)."""
-    from pydantic import ValidationError
-
     from .auth import _reject_constant
-    from .schemas import ClaudeCodeHook, first_error
 
     try:
         raw = request.body
@@ -312,13 +275,13 @@ def _hook_body(request: HttpRequest):
     if not isinstance(data, dict):
         raise ApiError("body must be a JSON object")
     try:
-        return ClaudeCodeHook.model_validate(data)
-    except ValidationError as exc:
-        raise ApiError(first_error(exc)) from None
+        return ClaudeCodeHook.check(data)
+    except InputError as exc:
+        raise ApiError(exc.message) from None
 
 
 @api_view(("POST",))
-async def claude_code_hook(request: HttpRequest) -> JsonResponse:
+async def claude_code_hook(request: ApiRequest) -> JsonResponse:
     """A `PermissionRequest` or `PreToolUse` hook: a permission prompt of this token's, through
     the one call path (rules, grants, allowances, inbox), held until decided or `wait` seconds;
     then the event's JSON. Nobody deciding in time cancels the prompt: Claude Code asks at the

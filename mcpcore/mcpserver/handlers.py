@@ -22,21 +22,15 @@ from .. import calls, db, names
 from ..choices import CallStatus, Mode, ServerState, Via
 from ..instructions import instructions_block
 from ..models import ApiToken, Server, Tool, ToolCall
+from ..schemas import PromptArguments, json_schema
 
 log = logging.getLogger("mcpcore.mcpserver")
 
 ALL = ""
 PERMISSION = "_permission"
 PERMISSION_TOOL = "approval_prompt"
-PERMISSION_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "tool_name": {"type": "string"},
-        "input": {"type": "object"},
-        "tool_use_id": {"type": "string"},
-    },
-    "required": ["tool_name", "input"],
-}
+# The input contract's model of the tool's arguments, less its docstring (written for us).
+PERMISSION_SCHEMA = {k: v for k, v in json_schema(PromptArguments).items() if k != "description"}
 SESSION_META = "io.agenvoy/session"
 VIEW_KEY = "agenvoy.view"
 TOKEN_KEY = "agenvoy.token"
