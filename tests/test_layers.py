@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, set[str], set[str]]] = [
             "mcpcore.instructions",
             "mcpcore.choices",
             "mcpcore.onetap",
+            "mcpcore.schemas",
         },
         set(),
     ),

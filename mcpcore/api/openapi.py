@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from django.http import HttpRequest, JsonResponse
-from django.urls import URLPattern, reverse
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from pydantic.json_schema import models_json_schema
 
 from .. import schemas
@@ -199,14 +199,20 @@ def _components() -> dict:
 
 
 def _routes() -> list[tuple[str, URLPattern]]:
-    """(URL name, pattern) of each described route, in the order of the URL patterns."""
-    from . import urls  # the URL patterns import this module's view
+    """(URL name, pattern) of each `/v1` route (a view made by `api_view`), in the order of the
+    URL patterns. Read through Django's resolver, not by importing `api/urls.py`, whose
+    patterns import this module's view."""
 
-    return [
-        (p.name, p)
-        for p in urls.urlpatterns
-        if isinstance(p, URLPattern) and p.name and p.callback is not None
-    ]
+    def walk(patterns: list) -> list[tuple[str, URLPattern]]:
+        found = []
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                found += walk(p.url_patterns)
+            elif isinstance(p, URLPattern) and p.name and hasattr(p.callback, "api_methods"):
+                found.append((p.name, p))
+        return found
+
+    return walk(get_resolver().url_patterns)
 
 
 @functools.cache
