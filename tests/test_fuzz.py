@@ -26,20 +26,16 @@ from schemathesis import GenerationMode
 
 from mcpcore import allowlist, names
 from mcpcore.results import cap_text, convert, converted_full
+from tests.live import our_server
 
 # --- a live console ----------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    from tests.live import Console, our_server
-    from tests.test_faults import start
-
-    base = tmp_path_factory.mktemp("fuzz")
-    empty_path = base / "no-commands"
-    empty_path.mkdir()
-    c = Console(
-        base,
+def live(module_console):
+    empty_path = module_console.base / "no-commands"
+    empty_path.mkdir(parents=True)
+    c = module_console(
         {"echo": our_server("echo.py")},
         {
             "PATH": str(empty_path),
@@ -48,10 +44,8 @@ def live(tmp_path_factory):
             "AGENVOY_CONFIRM_TIMEOUT": "60",
         },
     )
-    start(c)
     c.wait_connected("echo", timeout=60)
-    yield c
-    c.close()
+    return c
 
 
 def check_answer(status: int, content_type: str, text: str, what: str) -> None:

@@ -11,7 +11,7 @@ import pytest
 from mcpcore import files
 from mcpcore.supervisor import transport
 from mcpcore.supervisor.session import ServerSession
-from tests.conftest import ROOT
+from tests.live import ROOT
 
 MASK = "********"
 REENTER = {"error": "secret values must be entered again when the server's command or url changes"}
