@@ -188,12 +188,17 @@ class Console:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
-        return time.monotonic() - started
+        took = time.monotonic() - started
+        self.log.close()  # serve is gone; `start` opens it again
+        return took
 
     def close(self) -> None:
         self.stop()
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+        if self.proc is not None:
+            self.log.close()
         self.http.close()
         self.approver.close()
 

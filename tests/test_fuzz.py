@@ -225,6 +225,12 @@ _segment = (
     .filter(lambda s: s not in (".", ".."))
     .map(lambda s: quote(s, safe=""))
 )
+
+
+def _containers(inner):
+    return st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+
+
 _json_values = st.recursive(
     st.none()
     | st.booleans()
@@ -232,7 +238,7 @@ _json_values = st.recursive(
     | st.floats(allow_nan=False)
     | st.text(max_size=30)
     | st.sampled_from(["mcp__echo__echo", "mcp__echo__", "mcp__echo__*", "echo", "auto", "confirm"]),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    _containers,
     max_leaves=12,
 )
 _known_keys = st.sampled_from(

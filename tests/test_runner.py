@@ -58,7 +58,8 @@ class Dying:
                     yield client_reads, client_writes
                 finally:
                     self.kill()
-                    await client_writes.aclose()
+                    for stream in (client_reads, client_writes, from_client):
+                        await stream.aclose()
 
 
 def server_that_dies(times: int) -> tuple[Dying, list[str]]:
