@@ -445,7 +445,7 @@ def test_a_50_mb_result_over_http_is_capped_with_bounded_memory(console):
         r = c.call("mcp__huge__echo", {"text": "still here"}, mode="auto")
         assert r.json()["result"] == "still here"
     finally:
-        huge.terminate()
+        huge.kill()  # uvicorn waits on SIGTERM for the console's open streams to it
         huge.wait(10)
 
 
@@ -590,8 +590,10 @@ def test_kill_9_during_writes_never_leaves_a_half_written_allow_tool_or_mcp_json
         ]
         for t in writers:
             t.start()
-        # A random moment in the writes is what is tested: the kill must land mid-write.
-        time.sleep(rng.uniform(0.5, 1.5))
+        # Both files being written, then a random moment in their writes: the kill must land
+        # mid-write (the random wait is the thing tested, not a synchronisation).
+        wait_until(lambda w=written: w["allow"] and w["mcp"], 30, what="both files being written")
+        time.sleep(rng.uniform(0.0, 1.0))
         console.track(c)
         c.stop(signal.SIGKILL)
         stop.set()
