@@ -505,7 +505,8 @@ class TsClient:
         self.events: queue.Queue = queue.Queue()
         self.seen: list[dict] = []
         self._next = 0
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         self.connected = self.wait(lambda e: e.get("event") == "connected", 20)
 
     def _read(self) -> None:
@@ -542,6 +543,9 @@ class TsClient:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(5)
+        self._reader.join(5)  # it reads to the end of the dead process's output
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            pipe.close()
 
 
 @pytest.fixture
