@@ -44,10 +44,12 @@ def everything_http():
         except httpx2.HTTPError:
             return False
 
-    wait_until(up, 20, what="server-everything HTTP")
-    yield url
-    proc.terminate()
-    proc.wait(5)
+    try:
+        wait_until(up, 20, what="server-everything HTTP")
+        yield url
+    finally:  # also when it never came up: no server outlives the test
+        proc.terminate()
+        proc.wait(5)
 
 
 def test_it_registers_real_servers_over_stdio_and_http(console, everything_http):
@@ -154,12 +156,14 @@ def echo_http():
         except httpx2.HTTPError:
             return False
 
-    for url in urls.values():
-        wait_until(lambda url=url: up(url), 20, what=f"{url} up")
-    yield urls
-    for p in procs:
-        p.kill()  # uvicorn waits for open SSE streams on SIGTERM
-        p.wait(5)
+    try:
+        for url in urls.values():
+            wait_until(lambda url=url: up(url), 20, what=f"{url} up")
+        yield urls
+    finally:  # also when one never came up: no server outlives the test
+        for p in procs:
+            p.kill()  # uvicorn waits for open SSE streams on SIGTERM
+            p.wait(5)
 
 
 def test_it_sends_expanded_headers_over_http_and_sse(console, echo_http):
