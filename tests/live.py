@@ -188,12 +188,17 @@ class Console:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
-        return time.monotonic() - started
+        took = time.monotonic() - started
+        self.log.close()  # serve is gone; `start` opens it again
+        return took
 
     def close(self) -> None:
         self.stop()
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+        if self.proc is not None:
+            self.log.close()
         self.http.close()
         self.approver.close()
 
@@ -245,6 +250,53 @@ def descendants(pid: int) -> list[int]:
         return [p.pid for p in psutil.Process(pid).children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
+
+
+def server_pids(console: Console, script: str) -> list[int]:
+    """The live processes below `console` whose command line mentions `script`."""
+    import psutil
+
+    found = []
+    for pid in descendants(console.proc.pid):
+        try:
+            if any(script in part for part in psutil.Process(pid).cmdline()):
+                found.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def db_rows(console: Console, sql: str, *params) -> list[tuple]:
+    """Read the console's own SQLite database (read-only; WAL readers don't block it)."""
+    db = sqlite3.connect(f"file:{console.data / 'db.sqlite3'}?mode=ro", uri=True, timeout=20)
+    try:
+        return db.execute(sql, params).fetchall()
+    finally:
+        db.close()
+
+
+def token_id(console: Console, name: str) -> int:
+    """The database id of the console's token called `name`."""
+    return db_rows(console, "select id from mcpcore_apitoken where name = ?", name)[0][0]
+
+
+def signed_in(console: Console, user: str = "op", password: str = "roles-pw-123") -> httpx2.Client:
+    """A new person, and a browser-like session of theirs on the console's pages (cookies,
+    CSRF); the caller closes it."""
+    console.manage(
+        "shell",
+        "-c",
+        f"from django.contrib.auth.models import User; User.objects.create_user({user!r}, password={password!r})",
+    )
+    web = httpx2.Client(base_url=console.url, timeout=60)
+    web.get("/login/")  # sets the CSRF cookie
+    r = web.post(
+        "/login/",
+        data={"username": user, "password": password, "csrfmiddlewaretoken": web.cookies["csrftoken"]},
+        headers={"Referer": console.url + "/login/"},
+    )
+    assert r.status_code == 302, r.text
+    return web
 
 
 def at_once(clients: list, body: dict) -> list:

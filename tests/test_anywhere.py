@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from mcpcore.models import Delivery, NotificationTarget, ToolCall
-from tests.conftest import ROOT
-from tests.test_views import add_tools, make_call, write_servers
+from tests.live import ROOT
+from tests.rows import add_tools, make_call, write_servers
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.live import Console, our_server, wait_until
-from tests.test_notify import Receiver, verify
+from tests.webhooks import Receiver, verify
 
 pytestmark = pytest.mark.live
 
@@ -39,12 +39,12 @@ def timed(fn):
     return answer, time.monotonic() - started
 
 
-def test_it_delays_no_call_while_a_webhook_receiver_hangs(tmp_path):
+def test_it_delays_no_call_while_a_webhook_receiver_hangs(console):
     receiver = Receiver(hang=True)
-    c = Console(tmp_path, {"echo": our_server("echo.py")})
+    c = console({"echo": our_server("echo.py")}, start=False)
     try:
         add_webhook(c, receiver.url)
-        c.start()
+        console.start(c)
         c.wait_connected("echo")
         first, took = timed(lambda: c.call("mcp__echo__echo", {"text": "one"}, wait=0))
         assert first.status_code == 202 and took < 2, took
@@ -63,15 +63,14 @@ def test_it_delays_no_call_while_a_webhook_receiver_hangs(tmp_path):
         assert len(receiver.requests) >= 1 and not receiver.release.is_set()
     finally:
         receiver.close()
-        c.close()
 
 
-def test_it_sends_a_delivery_that_was_due_when_serve_stopped(tmp_path):
+def test_it_sends_a_delivery_that_was_due_when_serve_stopped(console):
     receiver = Receiver(answers=[500])
-    c = Console(tmp_path, {"echo": our_server("echo.py")})
+    c = console({"echo": our_server("echo.py")}, start=False)
     try:
         secret = add_webhook(c, receiver.url)
-        c.start()
+        console.start(c)
         c.wait_connected("echo")
         assert c.call("mcp__echo__echo", {"text": "later"}, wait=0).status_code == 202
         failed = wait_until(
@@ -95,4 +94,3 @@ def test_it_sends_a_delivery_that_was_due_when_serve_stopped(tmp_path):
         assert json.loads(again["body"])["type"] == "confirmation.pending"
     finally:
         receiver.close()
-        c.close()

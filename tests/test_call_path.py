@@ -11,8 +11,7 @@ import threading
 import httpx2
 import pytest
 
-from tests.live import Console, our_server, wait_until
-from tests.test_roles_live import _signed_in, _token_pk
+from tests.live import db_rows, our_server, signed_in, token_id, wait_until
 
 pytestmark = pytest.mark.live
 
@@ -21,23 +20,14 @@ CLIENTS = 32
 
 
 @pytest.fixture
-def c(tmp_path):
-    console = Console(tmp_path / "c", {"echo": our_server("echo.py")}).start()
-    console.wait_connected("echo")
-    yield console
-    console.close()
+def c(console):
+    c = console({"echo": our_server("echo.py")})
+    c.wait_connected("echo")
+    return c
 
 
 def _echo(client: httpx2.Client, text: str) -> httpx2.Response:
     return client.post("/v1/mcp/call", json={"name": ECHO, "arguments": {"text": text}, "mode": "auto"})
-
-
-def _rows(c: Console, sql: str, *params) -> list[tuple]:
-    db = sqlite3.connect(f"file:{c.data / 'db.sqlite3'}?mode=ro", uri=True, timeout=20)
-    try:
-        return db.execute(sql, params).fetchall()
-    finally:
-        db.close()
 
 
 def test_it_refuses_a_revoked_tokens_next_request_while_the_cache_is_warm(c):
@@ -46,10 +36,10 @@ def test_it_refuses_a_revoked_tokens_next_request_while_the_cache_is_warm(c):
             assert _echo(warm, f"w{i}").json()["result"] == f"w{i}"
             assert _echo(other, f"o{i}").json()["result"] == f"o{i}"
         # Revoked through the page, in the serving process itself ...
-        web = _signed_in(c)
+        web = signed_in(c)
         with contextlib.closing(web):
             r = web.post(
-                f"/tokens/{_token_pk(c, 'warm')}/revoke/",
+                f"/tokens/{token_id(c, 'warm')}/revoke/",
                 data={"csrfmiddlewaretoken": web.cookies["csrftoken"]},
                 headers={"Referer": c.url + "/tokens/"},
             )
@@ -69,7 +59,7 @@ def test_it_refuses_a_revoked_tokens_next_request_while_the_cache_is_warm(c):
         r = _echo(other, "after")
         assert r.status_code == 401 and r.json() == {"error": "authentication required"}
     # Nothing was answered for the refused requests, and the console's own token still works.
-    assert not _rows(c, "select count(*) from mcpcore_toolcall where arguments like '%after%'")[0][0]
+    assert not db_rows(c, "select count(*) from mcpcore_toolcall where arguments like '%after%'")[0][0]
     assert c.call(ECHO, {"text": "ok"}, mode="auto").json()["result"] == "ok"
 
 
@@ -117,11 +107,11 @@ def test_it_keeps_every_answered_call_in_the_history_across_kill_9_under_32_clie
     c.wait_connected("echo", timeout=60)
     # The restarted console has ended whatever was running when it died.
     wait_until(
-        lambda: not _rows(c, "select count(*) from mcpcore_toolcall where status = 'running'")[0][0],
+        lambda: not db_rows(c, "select count(*) from mcpcore_toolcall where status = 'running'")[0][0],
         30,
         what="no call left running",
     )
-    stored = dict(_rows(c, "select id, status from mcpcore_toolcall"))
+    stored = dict(db_rows(c, "select id, status from mcpcore_toolcall"))
     stored = {str(k).replace("-", ""): v for k, v in stored.items()}
     missing = [cid for cid in answered if cid.replace("-", "") not in stored]
     assert not missing, f"{len(missing)} answered calls are not in the history: {missing[:3]}"

@@ -2,12 +2,13 @@
 
 import base64
 import json
+import os
 import signal
 import time
 
 import pytest
 
-from tests.live import Console, everything_stdio, our_server, wait_until
+from tests.live import everything_stdio, our_server, server_pids, wait_until
 
 pytestmark = pytest.mark.live
 
@@ -15,14 +16,12 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def c(tmp_path_factory):
-    base = tmp_path_factory.mktemp("calls")
-    console = Console(
-        base, {"every": everything_stdio(), "echo": our_server("echo.py")}, {"AGENVOY_CALL_TIMEOUT": "2"}
-    ).start()
+def c(module_console):
+    console = module_console(
+        {"every": everything_stdio(), "echo": our_server("echo.py")}, {"AGENVOY_CALL_TIMEOUT": "2"}
+    )
     console.wait_connected("every", "echo")
-    yield console
-    console.close()
+    return console
 
 
 def pending_ids(c) -> set[str]:
@@ -195,7 +194,7 @@ def test_it_keeps_a_call_with_progress_alive_past_the_timeout_and_can_cancel_it(
     )
     assert r.status_code == 202
     call_id = r.json()["call_id"]
-    time.sleep(1)
+    wait_until(lambda: c.get(f"/v1/mcp/calls/{call_id}").json()["started_at"], 10, what="call started")
     assert c.post(f"/v1/mcp/calls/{call_id}/cancel").json() == {"ok": True}
     done = c.get(f"/v1/mcp/calls/{call_id}", wait=5).json()
     assert done["status"] == "cancelled"
@@ -217,63 +216,49 @@ def test_it_turns_a_tool_error_into_an_error_result(c):
     assert body["result"].startswith("tool error: ") and body["result"].endswith("fail was called")
 
 
-def test_it_expires_an_unanswered_confirmation(tmp_path):
-    c = Console(tmp_path, {"echo": our_server("echo.py")}, {"AGENVOY_CONFIRM_TIMEOUT": "1"}).start()
-    try:
-        c.wait_connected("echo")
-        body = c.call("mcp__echo__echo", {"text": "x"}, wait=0).json()
-        done = c.get(f"/v1/mcp/calls/{body['call_id']}", wait=5).json()
-        assert done["status"] == "expired"
-        assert done["result"] == "Skipped by user. Reason: confirmation expired"
-        r = c.reply(body["session_id"], body["confirm_id"], {"approve": True})
-        assert r.status_code == 410
-    finally:
-        c.close()
+def test_it_expires_an_unanswered_confirmation(console):
+    c = console({"echo": our_server("echo.py")}, {"AGENVOY_CONFIRM_TIMEOUT": "1"})
+    c.wait_connected("echo")
+    body = c.call("mcp__echo__echo", {"text": "x"}, wait=0).json()
+    done = c.get(f"/v1/mcp/calls/{body['call_id']}", wait=5).json()
+    assert done["status"] == "expired"
+    assert done["result"] == "Skipped by user. Reason: confirmation expired"
+    r = c.reply(body["session_id"], body["confirm_id"], {"approve": True})
+    assert r.status_code == 410
 
 
-def test_it_keeps_a_pending_call_across_a_restart_and_runs_it_after_approval(tmp_path):
-    c = Console(tmp_path, {"echo": our_server("echo.py")}).start()
-    try:
-        c.wait_connected("echo")
-        body = c.call("mcp__echo__echo", {"text": "survivor"}, wait=0).json()
-        assert c.stop(signal.SIGTERM) < 5
-        c.start()
-        assert body["confirm_id"] in pending_ids(c)
-        c.wait_connected("echo")
-        confirm(c, body, approve=True)
-        done = c.get(f"/v1/mcp/calls/{body['call_id']}", wait=10).json()
-        assert done["status"] == "done" and done["result"] == "survivor"
-    finally:
-        c.close()
+def test_it_keeps_a_pending_call_across_a_restart_and_runs_it_after_approval(console):
+    c = console({"echo": our_server("echo.py")})
+    c.wait_connected("echo")
+    body = c.call("mcp__echo__echo", {"text": "survivor"}, wait=0).json()
+    assert c.stop(signal.SIGTERM) < 5
+    c.start()
+    assert body["confirm_id"] in pending_ids(c)
+    c.wait_connected("echo")
+    confirm(c, body, approve=True)
+    done = c.get(f"/v1/mcp/calls/{body['call_id']}", wait=10).json()
+    assert done["status"] == "done" and done["result"] == "survivor"
 
 
-def test_it_retries_once_on_a_renewed_session_when_the_server_dies_mid_call(tmp_path):
-    import os
-
-    from tests.test_supervisor import server_pids
-
-    c = Console(tmp_path, {"echo": our_server("echo.py")}).start()
-    try:
-        c.wait_connected("echo")
-        r = c.call("mcp__echo__sleep", {"seconds": 1.5}, mode="auto", wait=0)
-        call_id = r.json()["call_id"]
-        time.sleep(0.5)
-        os.kill(server_pids(c, "echo.py")[0], signal.SIGKILL)
-        done = c.get(f"/v1/mcp/calls/{call_id}", wait=30).json()
-        assert done["status"] == "done" and done["result"] == "slept", done
-    finally:
-        c.close()
+def test_it_retries_once_on_a_renewed_session_when_the_server_dies_mid_call(console):
+    c = console({"echo": our_server("echo.py")})
+    c.wait_connected("echo")
+    log = c.data / "logs" / "echo.stderr.log"
+    r = c.call("mcp__echo__sleep", {"seconds": 1.5}, mode="auto", wait=0)
+    call_id = r.json()["call_id"]
+    wait_until(lambda: log.exists() and "sleep started" in log.read_text(), 10, what="the call in the server")
+    os.kill(server_pids(c, "echo.py")[0], signal.SIGKILL)
+    done = c.get(f"/v1/mcp/calls/{call_id}", wait=30).json()
+    assert done["status"] == "done" and done["result"] == "slept", done
+    assert log.read_text().count("sleep started") == 2  # the first attempt, and the retry
 
 
-def test_it_dispatches_the_original_name_of_a_tool_registered_trimmed(tmp_path):
+def test_it_dispatches_the_original_name_of_a_tool_registered_trimmed(console):
     # SPEC 3: the registered name is trimmed, but the server is called by the name it gave.
-    c = Console(tmp_path, {"sp": our_server("spaced.py")}).start()
-    try:
-        c.wait_connected("sp")
-        assert "mcp__sp__spaced" in c.tools()
-        r = c.call("mcp__sp__spaced", {}, mode="auto")
-        assert r.status_code == 200, r.text
-        assert r.json()["status"] == "done", r.json()
-        assert r.json()["result"] == "ran the tool named ' spaced '"
-    finally:
-        c.close()
+    c = console({"sp": our_server("spaced.py")})
+    c.wait_connected("sp")
+    assert "mcp__sp__spaced" in c.tools()
+    r = c.call("mcp__sp__spaced", {}, mode="auto")
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "done", r.json()
+    assert r.json()["result"] == "ran the tool named ' spaced '"

@@ -91,7 +91,7 @@ def _loop_sqlite() -> tuple["db._LoopSQLite", "db._Lane"]:
 
 def _stored_elsewhere(call_id) -> bool:
     """Whether another connection sees the row: it was committed."""
-    with sqlite3.connect(connection.settings_dict["NAME"]) as other:
+    with contextlib.closing(sqlite3.connect(connection.settings_dict["NAME"])) as other:
         return (
             other.execute("SELECT 1 FROM mcpcore_toolcall WHERE id = ?", [call_id.hex]).fetchone() is not None
         )
@@ -140,7 +140,9 @@ async def test_it_never_waits_on_the_loop_for_another_writer():
     held, release = threading.Event(), threading.Event()
 
     def hold_the_write_lock():
-        with sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None) as other:
+        with contextlib.closing(
+            sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+        ) as other:
             other.execute("BEGIN IMMEDIATE")
             held.set()
             release.wait(10)
@@ -250,7 +252,9 @@ async def test_it_does_not_hold_writes_off_while_a_long_read_keeps_the_log_in_us
     monkeypatch.setattr(db._LoopSQLite, "CHECKPOINT_EVERY", 5)
     first = _new_call("first")
     await loop_sqlite.submit(lambda: _insert_here(first))
-    with sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None) as reader:
+    with contextlib.closing(
+        sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    ) as reader:
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM mcpcore_toolcall").fetchone()  # a snapshot held open
         async with asyncio.timeout(5):  # the checkpoints give up on the reader; writes go on

@@ -9,7 +9,6 @@ import os
 import random
 import re
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -21,8 +20,7 @@ import psutil
 import pytest
 
 from mcpcore import allowlist
-from tests.live import Console, free_port, our_server, wait_until
-from tests.test_supervisor import server_pids
+from tests.live import Console, db_rows, free_port, our_server, server_pids, wait_until
 
 pytestmark = pytest.mark.live
 
@@ -30,62 +28,6 @@ CAP = 1_048_576
 HISTORY_CAP = 8 * 1_048_576
 MARKER = re.compile(r"\n\n\[mcp output truncated: (\d+) bytes total, (\d+) kept\]$")
 NOT_CONNECTED = "server echo is not connected: "
-
-
-@pytest.fixture
-def console(tmp_path):
-    """Start consoles on demand; each is closed, and every MCP server process it started is
-    ended (by pid), even when a test killed the console with SIGKILL."""
-    made: list[Console] = []
-    servers: dict[int, psutil.Process] = {}
-
-    def make(servers_cfg, **env):
-        c = Console(tmp_path / f"c{len(made)}", servers_cfg, {k: str(v) for k, v in env.items()})
-        made.append(c)
-        return start(c)
-
-    def track(c: Console) -> None:
-        for proc in _children(c):
-            servers[proc.pid] = proc
-
-    make.track = track
-    yield make
-    for c in made:
-        if c.proc is not None and c.proc.poll() is None:
-            track(c)
-        c.close()
-    for proc in servers.values():
-        try:
-            if proc.is_running():  # same pid *and* creation time: never a reused pid
-                proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-
-
-def start(c: Console) -> Console:
-    """Console.start, with more patience on a loaded machine: start() gives serve 30 s to
-    answer; a slow start is not what these tests are about."""
-    try:
-        return c.start()
-    except AssertionError:
-        wait_until(c._answers, 90, 0.2, what="serve answering (slow start)")
-        return c
-
-
-def _children(c: Console) -> list[psutil.Process]:
-    try:
-        return psutil.Process(c.proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
-def db_rows(c: Console, sql: str, *params) -> list[tuple]:
-    """Read the console's own SQLite database (read-only; WAL readers don't block it)."""
-    db = sqlite3.connect(f"file:{c.data / 'db.sqlite3'}?mode=ro", uri=True, timeout=20)
-    try:
-        return db.execute(sql, params).fetchall()
-    finally:
-        db.close()
 
 
 def client(c: Console, timeout: float = 120) -> httpx2.Client:
@@ -170,6 +112,7 @@ def test_every_call_ends_cleanly_while_the_server_is_killed_five_times(console):
                     i = next(next_index, None)
                 if i is None:
                     return
+                # Pacing, not waiting: the calls are spread evenly over SPREAD seconds.
                 time.sleep(max(0.0, t0 + i * SPREAD / CALLS - time.monotonic()))
                 name, args, _ = plan[i]
                 started = time.monotonic()
@@ -195,6 +138,7 @@ def test_every_call_ends_cleanly_while_the_server_is_killed_five_times(console):
             moments = sorted(rng.uniform(1.0, SPREAD - 2.0) for _ in range(KILLS))
             with client(c, timeout=30) as http:
                 for moment in moments:
+                    # Pacing, not waiting: each kill lands at its random moment.
                     time.sleep(max(0.0, t0 + moment - time.monotonic()))
                     pids = wait_until(lambda: server_pids(c, "echo.py"), 30, what="an echo process")
                     for pid in pids:
@@ -501,7 +445,7 @@ def test_a_50_mb_result_over_http_is_capped_with_bounded_memory(console):
         r = c.call("mcp__huge__echo", {"text": "still here"}, mode="auto")
         assert r.json()["result"] == "still here"
     finally:
-        huge.terminate()
+        huge.kill()  # uvicorn waits on SIGTERM for the console's open streams to it
         huge.wait(10)
 
 
@@ -556,7 +500,7 @@ def test_kill_9_keeps_pending_calls_and_interrupts_running_ones(console):
     c.stop(signal.SIGKILL)
     assert c.proc.returncode == -signal.SIGKILL
 
-    start(c)
+    console.start(c)
     pending_now = {p["id"] for p in c.get("/v1/pending").json()["pending"]}
     assert {p["confirm_id"] for p in pending} <= pending_now
     for p in pending:
@@ -646,7 +590,10 @@ def test_kill_9_during_writes_never_leaves_a_half_written_allow_tool_or_mcp_json
         ]
         for t in writers:
             t.start()
-        time.sleep(rng.uniform(0.5, 1.5))
+        # Both files being written, then a random moment in their writes: the kill must land
+        # mid-write (the random wait is the thing tested, not a synchronisation).
+        wait_until(lambda w=written: w["allow"] and w["mcp"], 30, what="both files being written")
+        time.sleep(rng.uniform(0.0, 1.0))
         console.track(c)
         c.stop(signal.SIGKILL)
         stop.set()
@@ -677,7 +624,7 @@ def test_kill_9_during_writes_never_leaves_a_half_written_allow_tool_or_mcp_json
             f"{ {f: sorted(set(temps[f]) - set(temps_before[f])) for f in temps} }"
         )
 
-        start(c)
+        console.start(c)
         # The restarted console serves what the file says.
         for prefix in PREFIXES:
             got = c.get("/v1/allowlist", prefix=prefix).json()["tool"]["entries"]

@@ -26,20 +26,16 @@ from schemathesis import GenerationMode
 
 from mcpcore import allowlist, names, schemas
 from mcpcore.results import cap_text, convert, converted_full
+from tests.live import our_server
 
 # --- a live console ----------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    from tests.live import Console, our_server
-    from tests.test_faults import start
-
-    base = tmp_path_factory.mktemp("fuzz")
-    empty_path = base / "no-commands"
-    empty_path.mkdir()
-    c = Console(
-        base,
+def live(module_console):
+    empty_path = module_console.base / "no-commands"
+    empty_path.mkdir(parents=True)
+    c = module_console(
         {"echo": our_server("echo.py")},
         {
             "PATH": str(empty_path),
@@ -48,10 +44,8 @@ def live(tmp_path_factory):
             "AGENVOY_CONFIRM_TIMEOUT": "60",
         },
     )
-    start(c)
     c.wait_connected("echo", timeout=60)
-    yield c
-    c.close()
+    return c
 
 
 def check_answer(status: int, content_type: str, text: str, what: str) -> None:
@@ -231,6 +225,12 @@ _segment = (
     .filter(lambda s: s not in (".", ".."))
     .map(lambda s: quote(s, safe=""))
 )
+
+
+def _containers(inner):
+    return st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+
+
 _json_values = st.recursive(
     st.none()
     | st.booleans()
@@ -238,7 +238,7 @@ _json_values = st.recursive(
     | st.floats(allow_nan=False)
     | st.text(max_size=30)
     | st.sampled_from(["mcp__echo__echo", "mcp__echo__", "mcp__echo__*", "echo", "auto", "confirm"]),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    _containers,
     max_leaves=12,
 )
 _known_keys = st.sampled_from(

@@ -229,10 +229,8 @@ async def test_it_answers_a_long_poll_whose_client_stays():
 
 
 @pytest.mark.live
-def test_it_works_behind_a_tls_proxy_that_sets_the_forwarded_proto(tmp_path):
+def test_it_works_behind_a_tls_proxy_that_sets_the_forwarded_proto(console):
     import httpx2
-
-    from tests.live import Console
 
     env = {
         "AGENVOY_PUBLIC_URL": "https://console.example/",
@@ -240,40 +238,37 @@ def test_it_works_behind_a_tls_proxy_that_sets_the_forwarded_proto(tmp_path):
         # Not the console's own origin: only the proxy header makes the request same-origin.
         "DJANGO_CSRF_TRUSTED_ORIGINS": "https://elsewhere.example",
     }
-    c = Console(tmp_path, {}, env)
+    c = console({}, env, start=False)
     c.manage(
         "shell",
         "-c",
         "from django.contrib.auth.models import User; User.objects.create_user('op', password='pw-12345678')",
     )
-    c.start()
-    try:
+    console.start(c)
 
-        def sign_in(proxied: bool) -> httpx2.Response:
-            headers = {"Host": "console.example"} | ({"X-Forwarded-Proto": "https"} if proxied else {})
-            with httpx2.Client(base_url=c.url, headers=headers, timeout=30) as web:
-                first = web.get("/login/")
-                assert first.status_code == 200
-                token = first.cookies["csrftoken"]
-                cookie = first.headers["set-cookie"]
-                assert "; Secure" in cookie or "; secure" in cookie.lower()  # https public address
-                return web.post(
-                    "/login/",
-                    data={"username": "op", "password": "pw-12345678", "csrfmiddlewaretoken": token},
-                    headers={
-                        "Origin": "https://console.example",
-                        "Referer": "https://console.example/login/",
-                        "Cookie": f"csrftoken={token}",
-                    },
-                )
+    def sign_in(proxied: bool) -> httpx2.Response:
+        headers = {"Host": "console.example"} | ({"X-Forwarded-Proto": "https"} if proxied else {})
+        with httpx2.Client(base_url=c.url, headers=headers, timeout=30) as web:
+            first = web.get("/login/")
+            assert first.status_code == 200
+            token = first.cookies["csrftoken"]
+            cookie = first.headers["set-cookie"]
+            assert "; Secure" in cookie or "; secure" in cookie.lower()  # https public address
+            return web.post(
+                "/login/",
+                data={"username": "op", "password": "pw-12345678", "csrfmiddlewaretoken": token},
+                headers={
+                    "Origin": "https://console.example",
+                    "Referer": "https://console.example/login/",
+                    "Cookie": f"csrftoken={token}",
+                },
+            )
 
-        signed = sign_in(proxied=True)
-        assert signed.status_code == 302, signed.text[:300]
-        assert "; secure" in signed.headers["set-cookie"].lower()  # the session cookie too
-        # The same request without the proxy's header is plain http from https://: refused.
-        assert sign_in(proxied=False).status_code == 403
-    finally:
-        c.close()
+    signed = sign_in(proxied=True)
+    assert signed.status_code == 302, signed.text[:300]
+    assert "; secure" in signed.headers["set-cookie"].lower()  # the session cookie too
+    # The same request without the proxy's header is plain http from https://: refused.
+    assert sign_in(proxied=False).status_code == 403
 
 
 # --- an oversized HTTP message ------------------------------------------------------------------

@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpcore import names
-from tests.live import ROOT, Console, everything_stdio, our_server, wait_until
+from tests.live import ROOT, db_rows, everything_stdio, our_server, wait_until
 
 pytestmark = pytest.mark.live
 
@@ -31,18 +31,16 @@ TS_CLIENT = ROOT / "tests" / "mcp_ts_client.mjs"
 
 
 @pytest.fixture(scope="module")
-def c(tmp_path_factory):
-    base = tmp_path_factory.mktemp("mcp")
-    console = Console(
-        base,
+def c(module_console):
+    console = module_console(
         {"every": everything_stdio(), "echo": our_server("echo.py"), "dyn": our_server("dynamic.py")},
         {"AGENVOY_CALL_TIMEOUT": "10"},
+        start=False,
     )
     (console.home / "allow_tool").write_text("mcp__every__*\nmcp__echo__sleep\nmcp__echo__add\nmcp__dyn__*\n")
-    console.start()
+    module_console.start(console)
     console.wait_connected("every", "echo", "dyn")
-    yield console
-    console.close()
+    return console
 
 
 @asynccontextmanager
@@ -438,16 +436,13 @@ def test_it_holds_an_approval_prompt_and_answers_claude_codes_json(c, answer, ex
 
 
 @pytest.fixture(scope="module")
-def short(tmp_path_factory):
-    base = tmp_path_factory.mktemp("mcp-short")
-    console = Console(
-        base,
+def short(module_console):
+    console = module_console(
         {"echo": our_server("echo.py"), "spare": our_server("echo.py", "--name", "spare")},
         {"AGENVOY_CONFIRM_TIMEOUT": "1"},
-    ).start()
+    )
     console.wait_connected("echo", "spare")
-    yield console
-    console.close()
+    return console
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -512,7 +507,8 @@ class TsClient:
         self.events: queue.Queue = queue.Queue()
         self.seen: list[dict] = []
         self._next = 0
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         self.connected = self.wait(lambda e: e.get("event") == "connected", 20)
 
     def _read(self) -> None:
@@ -549,6 +545,9 @@ class TsClient:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(5)
+        self._reader.join(5)  # it reads to the end of the dead process's output
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            pipe.close()
 
 
 @pytest.fixture
@@ -626,8 +625,8 @@ def test_it_tells_a_typescript_client_about_a_grown_tool_within_two_seconds(c, t
     assert "dyn__grown_ts" in tools
 
 
-def test_it_stops_cleanly_with_mcp_clients_holding_calls(tmp_path):
-    con = Console(tmp_path, {"echo": our_server("echo.py")}).start()
+def test_it_stops_cleanly_with_mcp_clients_holding_calls(console):
+    con = console({"echo": our_server("echo.py")})
     clients = []
     try:
         con.wait_connected("echo")
@@ -645,12 +644,9 @@ def test_it_stops_cleanly_with_mcp_clients_holding_calls(tmp_path):
     finally:
         for client in clients:
             client.close()
-        con.close()
     assert took < 8, con.log_text()[-3000:]
     assert "Traceback" not in con.log_text()
-    db = sqlite3.connect(f"file:{con.data / 'db.sqlite3'}?mode=ro", uri=True)
-    statuses = [r[0] for r in db.execute("select status from mcpcore_toolcall where via = 'mcp'")]
-    db.close()
+    statuses = [r[0] for r in db_rows(con, "select status from mcpcore_toolcall where via = 'mcp'")]
     assert statuses == ["cancelled"] * 3
 
 
@@ -719,38 +715,35 @@ def test_it_serves_every_endpoint_to_every_role_and_gates_replies_by_role(c):
 
 
 @pytest.mark.parametrize("mode", ERAS)
-def test_it_keeps_progress_increasing_from_heartbeats_into_the_servers_own(tmp_path, mode):
+def test_it_keeps_progress_increasing_from_heartbeats_into_the_servers_own(console, mode):
     # Heartbeats while pending, then the upstream server's progress once approved: one
     # request's progress must still only go up (the server's is passed on past the beats).
-    console = Console(tmp_path, {"prog": our_server("progress.py")}).start()
-    try:
-        console.wait_connected("prog")
-        progress: list[tuple] = []
+    c = console({"prog": our_server("progress.py")})
+    c.wait_connected("prog")
+    progress: list[tuple] = []
 
-        async def on_progress(value, total, message):
-            progress.append((value, total, message))
+    async def on_progress(value, total, message):
+        progress.append((value, total, message))
 
-        async def main():
-            async with mcp_client(console, "/mcp", mode) as client:
-                async with anyio.create_task_group() as tg:
-                    box = {}
+    async def main():
+        async with mcp_client(c, "/mcp", mode) as client:
+            async with anyio.create_task_group() as tg:
+                box = {}
 
-                    async def call():
-                        box["r"] = await client.call_tool(
-                            "prog__slow", {"steps": 3, "interval": 0.05}, progress_callback=on_progress
-                        )
+                async def call():
+                    box["r"] = await client.call_tool(
+                        "prog__slow", {"steps": 3, "interval": 0.05}, progress_callback=on_progress
+                    )
 
-                    tg.start_soon(call)
-                    item = await wait_pending(console, "mcp__prog__slow")
-                    with anyio.fail_after(10):
-                        while not progress:
-                            await anyio.sleep(0.05)
-                    await in_thread(lambda: reply(console, item, approve=True))
-                return box["r"]
+                tg.start_soon(call)
+                item = await wait_pending(c, "mcp__prog__slow")
+                with anyio.fail_after(10):
+                    while not progress:
+                        await anyio.sleep(0.05)
+                await in_thread(lambda: reply(c, item, approve=True))
+            return box["r"]
 
-        result = anyio.run(main)
-    finally:
-        console.close()
+    result = anyio.run(main)
     assert result.content[0].text == "finished"
     values = [p[0] for p in progress]
     assert values == sorted(set(values)), progress

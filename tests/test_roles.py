@@ -19,7 +19,7 @@ from django.utils import timezone
 from mcpcore import calls
 from mcpcore.api import auth
 from mcpcore.models import ApiToken, Server, SessionAllowance, Tool, ToolCall
-from tests.live import Console, at_once, our_server
+from tests.live import at_once, our_server
 
 ROLES = ("agent", "approver", "admin")
 OK = (200, None)
@@ -359,24 +359,21 @@ def test_it_authenticates_a_bearer_header_value_for_other_endpoints(tokens):
 
 
 @pytest.mark.live
-def test_it_holds_no_more_than_the_limit_when_a_tokens_calls_arrive_at_once(tmp_path):
+def test_it_holds_no_more_than_the_limit_when_a_tokens_calls_arrive_at_once(console):
     """The limit under 24 requests sent at the same moment to `serve` (SQLite: its single
     writer counts one call after the other; the scale-out suite checks PostgreSQL across two
     web processes)."""
-    c = Console(tmp_path / "c", {"echo": our_server("echo.py")}, {"AGENVOY_MAX_PENDING": "4"}).start()
-    try:
-        c.wait_connected("echo")
-        first = c.client_for("agent", "racing")
-        bearer = {"Authorization": first.headers["Authorization"]}
-        agents = [first] + [httpx2.Client(base_url=c.url, timeout=60, headers=bearer) for _ in range(23)]
-        body = {"name": "mcp__echo__echo", "arguments": {"text": "x"}, "mode": "confirm", "wait": 0}
-        answers = [r.status_code for r in at_once(agents, body)]
-        assert Counter(answers) == {202: 4, 429: 20}
-        assert len(agents[0].get("/v1/pending").json()["pending"]) == 4
-        for a in agents:
-            a.close()
-    finally:
-        c.close()
+    c = console({"echo": our_server("echo.py")}, {"AGENVOY_MAX_PENDING": "4"})
+    c.wait_connected("echo")
+    first = c.client_for("agent", "racing")
+    bearer = {"Authorization": first.headers["Authorization"]}
+    agents = [first] + [httpx2.Client(base_url=c.url, timeout=60, headers=bearer) for _ in range(23)]
+    body = {"name": "mcp__echo__echo", "arguments": {"text": "x"}, "mode": "confirm", "wait": 0}
+    answers = [r.status_code for r in at_once(agents, body)]
+    assert Counter(answers) == {202: 4, 429: 20}
+    assert len(agents[0].get("/v1/pending").json()["pending"]) == 4
+    for a in agents:
+        a.close()
 
 
 # --- the doors of issue 21: hooks, one-tap links, grants ------------------------------------------

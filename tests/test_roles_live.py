@@ -2,24 +2,20 @@
 tools or add servers; an approver answers; session allowances and revocation per token."""
 
 import contextlib
-import sqlite3
 
-import httpx2
 import pytest
 
-from tests.live import Console, our_server
+from tests.live import our_server, signed_in, token_id
 
 pytestmark = pytest.mark.live
 
 
 @pytest.fixture(scope="module")
-def c(tmp_path_factory):
-    base = tmp_path_factory.mktemp("roles")
-    console = Console(base, {"echo": our_server("echo.py")}).start()
+def c(module_console):
+    console = module_console({"echo": our_server("echo.py")})
     console.wait_connected("echo")
     (console.home / "allow_tool").write_text("# trusted by the operator\nmcp__other__*\n")
-    yield console
-    console.close()
+    return console
 
 
 def _pending(client, text: str) -> dict:
@@ -91,40 +87,14 @@ def test_it_gives_another_token_nothing_from_an_allowance_for_the_same_session_i
         assert other in {p["call_id"] for p in alice.get("/v1/pending").json()["pending"]}
 
 
-def _signed_in(c, user: str = "op", password: str = "roles-pw-123") -> httpx2.Client:
-    """A browser-like session on the console's pages (cookies, CSRF), as an operator."""
-    c.manage(
-        "shell",
-        "-c",
-        f"from django.contrib.auth.models import User; User.objects.create_user({user!r}, password={password!r})",
-    )
-    web = httpx2.Client(base_url=c.url, timeout=60)
-    web.get("/login/")  # sets the CSRF cookie
-    r = web.post(
-        "/login/",
-        data={"username": user, "password": password, "csrfmiddlewaretoken": web.cookies["csrftoken"]},
-        headers={"Referer": c.url + "/login/"},
-    )
-    assert r.status_code == 302, r.text
-    return web
-
-
-def _token_pk(c, name: str) -> int:
-    conn = sqlite3.connect(c.data / "db.sqlite3")
-    try:
-        return conn.execute("select id from mcpcore_apitoken where name = ?", (name,)).fetchone()[0]
-    finally:
-        conn.close()
-
-
 def test_it_ends_a_revoked_tokens_pending_calls_and_answers_401_next(c):
-    web = _signed_in(c)
+    web = signed_in(c)
     with c.client_for("agent", "leaving") as leaving, contextlib.closing(web):
         bodies = [_pending(leaving, f"n{i}") for i in range(3)]
         ids = {b["call_id"] for b in bodies}
         assert ids <= {p["call_id"] for p in c.get("/v1/pending").json()["pending"]}
         r = web.post(
-            f"/tokens/{_token_pk(c, 'leaving')}/revoke/",
+            f"/tokens/{token_id(c, 'leaving')}/revoke/",
             data={"csrfmiddlewaretoken": web.cookies["csrftoken"]},
             headers={"Referer": c.url + "/tokens/"},
         )

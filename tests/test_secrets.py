@@ -11,7 +11,7 @@ import pytest
 from mcpcore import files
 from mcpcore.supervisor import transport
 from mcpcore.supervisor.session import ServerSession
-from tests.conftest import ROOT
+from tests.live import ROOT
 
 MASK = "********"
 REENTER = {"error": "secret values must be entered again when the server's command or url changes"}
@@ -102,7 +102,8 @@ def test_it_does_not_expand_the_url(monkeypatch, tmp_path):
     monkeypatch.setenv("HOST_X", "evil.example")
     monkeypatch.setenv("TOKEN_X", "tok-123")
     config = {"url": "https://$HOST_X/mcp", "headers": {"Authorization": "$TOKEN_X"}}
-    target = transport.make_target(config, "streamable-http", open(os.devnull, "w"))
+    with open(os.devnull, "w") as errlog:
+        target = transport.make_target(config, "streamable-http", errlog)
     assert target.url == "https://$HOST_X/mcp"
     assert target.client.headers["Authorization"] == "Bearer tok-123"
 

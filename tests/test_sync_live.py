@@ -1,30 +1,20 @@
 """Edits to `allow_tool` and `mcp.json` made behind the running console's back (SPEC 2)."""
 
 import json
-import sqlite3
 import time
 
 import pytest
 
-from tests.live import Console, our_server, wait_until
+from tests.live import db_rows, our_server, wait_until
 
 pytestmark = pytest.mark.live
 
 
-def db_rows(console: Console, sql: str) -> list:
-    conn = sqlite3.connect(f"file:{console.data / 'db.sqlite3'}?mode=ro", uri=True, timeout=5)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
-
-
 @pytest.fixture
-def c(tmp_path):
-    console = Console(tmp_path, {"echo": our_server("echo.py")}).start()
-    console.wait_connected("echo")
-    yield console
-    console.close()
+def c(console):
+    c = console({"echo": our_server("echo.py")})
+    c.wait_connected("echo")
+    return c
 
 
 def test_it_mirrors_an_external_allow_tool_edit_within_2s(c):
@@ -68,6 +58,8 @@ def test_it_reports_a_broken_mcp_json_and_keeps_the_last_good_list(c):
         what="problem recorded",
     )
     assert "mcp.json is not valid JSON" in c.log_text()
+    # The broken file stays untouched for a while on purpose: the wait is what is tested
+    # (no tick in it may rewrite the file or drop the running server).
     time.sleep(1.5)
     # Left as it was, the running server still connected and callable.
     assert (c.home / "mcp.json").read_text() == broken

@@ -23,6 +23,7 @@ from django.utils import timezone
 from mcpcore import calls, files, live, serverconfig
 from mcpcore.choices import TokenRole
 from mcpcore.models import ApiToken, Server, SessionAllowance, Tool, ToolCall
+from tests.rows import add_tools, make_call, write_servers
 
 pytestmark = pytest.mark.django_db
 
@@ -53,37 +54,6 @@ def csrf_client(user) -> Client:
     return c
 
 
-def write_servers(home, servers: dict) -> None:
-    (home / "mcp.json").write_text(json.dumps({"servers": servers}))
-    files.sync_servers()
-
-
-def add_tools(name: str, tools: list[str], state: str = "connected") -> Server:
-    server = Server.objects.get(name=name)
-    Server.objects.filter(pk=server.pk).update(
-        state=state, protocol_version="2025-11-25", last_refresh=timezone.now()
-    )
-    for i, tool in enumerate(tools):
-        Tool.objects.create(
-            server=server,
-            tool_name=tool,
-            registered_name=f"mcp__{name}__{tool}",
-            position=i,
-            description=f"The {tool} tool.",
-            input_schema={
-                "type": "object",
-                "properties": {
-                    "message": {"type": "string", "description": "what to say"},
-                    "count": {"type": "integer"},
-                    "loud": {"type": "boolean"},
-                },
-                "required": ["message"],
-            },
-        )
-    server.refresh_from_db()
-    return server
-
-
 @pytest.fixture
 def every(agenvoy_home) -> Server:
     write_servers(
@@ -95,23 +65,6 @@ def every(agenvoy_home) -> Server:
     )
     add_tools("other", ["x"])
     return add_tools("every", ["echo", "get-sum", "add"])
-
-
-def make_call(status="pending", tool="echo", server="every", **fields) -> ToolCall:
-    now = timezone.now()
-    defaults = dict(
-        session_id="sess-1",
-        tool_name=f"mcp__{server}__{tool}",
-        server_name=server,
-        tool=tool,
-        arguments={"message": "hi"},
-        status=status,
-        created_at=now,
-    )
-    if status == "pending":
-        defaults.update(confirm_id=uuid.uuid4(), expires_at=now + datetime.timedelta(minutes=5))
-    defaults.update(fields)
-    return ToolCall.objects.create(**defaults)
 
 
 def allow_lines(home) -> list[str]:

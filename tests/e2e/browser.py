@@ -1,12 +1,13 @@
 """What every browser test needs: Chromium as this image has it, a console with a person who
 can sign in, and shots at desktop and phone width."""
 
+import os
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.live import Console
+from tests.live import ROOT, Console
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -22,14 +23,25 @@ CHROMIUM_ARGS = [
 TIMEOUT = 30_000  # ms, for anything that waits on a server (generous: CI machines get busy)
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
+SHOTS = ROOT / "artifacts" / "screenshots"
+
+
+def need_chromium() -> None:
+    """Skip without Chromium on a person's machine; in CI (`CI=true`) fail instead, so a
+    browser suite that did not run never passes as green."""
+    if Path(CHROMIUM).exists():
+        return
+    reason = f"chromium is not installed at {CHROMIUM} (scripts/install-system.sh installs it)"
+    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+        pytest.fail(f"{reason}: CI must run the browser tests", pytrace=False)
+    pytest.skip(reason)
 
 
 def console_with_user(
     base: Path, servers: dict, user: str, password: str, env: dict | None = None
 ) -> Console:
     """A console (not started yet) with one person who can sign in."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (make setup-test installs it)")
+    need_chromium()
     c = Console(base, servers, env)
     c.manage(
         "shell",
@@ -60,3 +72,13 @@ def shoot_into(page: Page, folder: Path, name: str) -> None:
         page.wait_for_timeout(150)
         page.screenshot(path=str(folder / f"{name}-{size['width']}.png"), full_page=True)
     page.set_viewport_size(DESKTOP)
+
+
+def shoot(page: Page, name: str) -> None:
+    """`shoot_into` artifacts/screenshots/."""
+    shoot_into(page, SHOTS, name)
+
+
+def nav(page: Page, name: str):
+    """A link of the main navigation."""
+    return page.get_by_role("navigation", name="Main").get_by_role("link", name=name)

@@ -11,9 +11,9 @@ import json
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from tests.e2e.browser import DESKTOP, PHONE, TIMEOUT, console_with_user, launch, shoot_into, sign_in
+from tests.e2e.browser import DESKTOP, PHONE, TIMEOUT, console_with_user, launch, nav, shoot_into, sign_in
 from tests.live import ROOT, Console, our_server, wait_until
-from tests.test_notify import Receiver, verify
+from tests.webhooks import Receiver, verify
 
 pytestmark = pytest.mark.e2e
 
@@ -87,10 +87,6 @@ def page(console, browser):
 
 def shoot(page: Page, name: str) -> None:
     shoot_into(page, SHOTS, name)
-
-
-def nav(page: Page, name: str):
-    return page.get_by_role("navigation", name="Main").get_by_role("link", name=name)
 
 
 def pending_call(console: Console, text: str) -> dict:

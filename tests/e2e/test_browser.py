@@ -18,12 +18,11 @@ import psutil
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from tests.e2e.browser import DESKTOP, TIMEOUT, console_with_user, launch, shoot_into, sign_in
-from tests.live import EVERYTHING, ROOT, Console, wait_until
+from tests.e2e.browser import DESKTOP, TIMEOUT, console_with_user, launch, nav, shoot, sign_in
+from tests.live import EVERYTHING, Console, wait_until
 
 pytestmark = pytest.mark.e2e
 
-SHOTS = ROOT / "artifacts" / "screenshots"
 USER, PASSWORD = "operator", "e2e-password-1"
 
 
@@ -45,14 +44,6 @@ def page(console):
         yield p
         context.close()
         browser.close()
-
-
-def shoot(page: Page, name: str) -> None:
-    shoot_into(page, SHOTS, name)
-
-
-def nav(page: Page, name: str):
-    return page.get_by_role("navigation", name="Main").get_by_role("link", name=name)
 
 
 def mark_no_reload(page: Page) -> None:

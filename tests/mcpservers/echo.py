@@ -34,7 +34,9 @@ def add(a: int, b: int) -> int:
 
 @mcp.tool()
 async def sleep(seconds: float) -> str:
-    """Sleep, then answer "slept". Writes "sleep cancelled" to stderr if cancelled."""
+    """Sleep, then answer "slept". Writes "sleep started" to stderr on entry (a test can wait
+    for the call to be in the server's hands) and "sleep cancelled" if cancelled."""
+    print("sleep started", file=sys.stderr, flush=True)
     try:
         await asyncio.sleep(seconds)
     except asyncio.CancelledError:

@@ -7,7 +7,7 @@ import httpx2
 import pytest
 
 from tests.live import at_once, wait_until
-from tests.scaleout.test_scaleout import all_connected, cluster  # noqa: F401
+from tests.scaleout.cluster import all_connected
 
 pytestmark = pytest.mark.scaleout
 
@@ -16,7 +16,7 @@ REQUESTS = 24  # per round, split over the two web processes, sent at once
 ROUNDS = 3
 
 
-def test_two_web_processes_never_hold_more_pending_calls_for_a_token_than_allowed(cluster):  # noqa: F811
+def test_two_web_processes_never_hold_more_pending_calls_for_a_token_than_allowed(cluster):
     wait_until(lambda: all_connected(cluster), 30, 0.2)
     webs = [cluster.start_web(f"capped{i}", AGENVOY_MAX_PENDING=str(CAP)) for i in (1, 2)]
     token = cluster.manage("create_token", "capped", "--role", "agent").strip()

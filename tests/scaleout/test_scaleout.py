@@ -1,122 +1,20 @@
 """Scale-out on real Redis and PostgreSQL: two web processes (daphne), two `mcpworker`
 processes, five stdio MCP servers of ours (SPEC 9, issue 6)."""
 
-import json
-import os
 import re
 import signal
-import subprocess
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import httpx2
 import pytest
 
-from tests.live import PYTHON, ROOT, free_port, manage, our_server, wait_until
-from tests.services import Postgres, Redis
+from tests.live import our_server, wait_until
+from tests.scaleout.cluster import SERVERS, all_connected, signed_in_browser
 
 pytestmark = pytest.mark.scaleout
 
 FAILOVER_BOUND = 15.0  # seconds: lease (10 s) + a tick (1 s) + connect, stated in docs/deploy.md
-SERVERS = [f"s{i}" for i in range(1, 6)]
-
-
-class Cluster:
-    def __init__(self) -> None:
-        self.base = Path(tempfile.mkdtemp(prefix="agenvoy-scale-"))
-        os.chmod(self.base, 0o755)
-        self.redis = Redis(self.base)
-        self.pg = Postgres(self.base)
-        home = self.base / "home"
-        home.mkdir()
-        (home / "mcp.json").write_text(json.dumps({"servers": {n: our_server("echo.py") for n in SERVERS}}))
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": self.pg.url,
-            "REDIS_URL": self.redis.url,
-            "AGENVOY_HOME": str(home),
-            "AGENVOY_DATA_DIR": str(self.base / "data"),
-            "DJANGO_SECRET_KEY": "scale-test",
-            "PYTHONUNBUFFERED": "1",
-            "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
-        }
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.manage("migrate", "--noinput", "-v0")
-        self.token = self.manage("create_token", "scale", "--role", "admin").strip()
-        self.webs = [self.start_web(f"web{i}") for i in (1, 2)]
-        for i in (1, 2):
-            self.start_worker(f"w{i}")
-
-    def manage(self, *args: str) -> str:
-        return manage(self.env, *args)
-
-    def _spawn(self, name: str, cmd: list[str], **env: str) -> subprocess.Popen:
-        log = open(self.base / f"{name}.log", "ab")
-        proc = subprocess.Popen(
-            cmd,
-            env={**self.env, **env},
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self.procs[name] = proc
-        return proc
-
-    def start_web(self, name: str, **env: str) -> str:
-        port = free_port()
-        daphne = str(Path(PYTHON).parent / "daphne")
-        self._spawn(
-            name, [daphne, "-b", "127.0.0.1", "-p", str(port), "agenvoy_site.asgi:application"], **env
-        )
-        url = f"http://127.0.0.1:{port}"
-
-        def up():
-            try:
-                return httpx2.get(url + "/v1/openapi.json", timeout=2).status_code == 200
-            except httpx2.HTTPError:
-                return False
-
-        wait_until(up, 30, 0.1, what=f"{name} up")
-        return url
-
-    def start_worker(self, name: str) -> None:
-        self._spawn(name, [PYTHON, str(ROOT / "manage.py"), "mcpworker", "--name", name])
-
-    def api(self, web: int = 0) -> httpx2.Client:
-        return httpx2.Client(
-            base_url=self.webs[web], timeout=60, headers={"Authorization": f"Bearer {self.token}"}
-        )
-
-    def status(self, web: int = 0) -> dict:
-        with self.api(web) as c:
-            return {s["Name"]: s for s in c.get("/v1/mcp/status").json()["servers"]}
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        self.redis.stop()
-        self.pg.stop()
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = Cluster()
-    yield c
-    c.close()
-
-
-def all_connected(cluster, names=SERVERS, web=0):
-    st = cluster.status(web)
-    return st if all(st.get(n, {}).get("state") == "connected" for n in names) else None
 
 
 def test_it_gives_every_server_to_exactly_one_worker(cluster):
@@ -152,26 +50,6 @@ def test_it_serves_a_call_through_each_web_process(cluster):
                     json={"name": f"mcp__{n}__echo", "arguments": {"text": f"{n}-{web}"}, "mode": "auto"},
                 )
                 assert r.status_code == 200 and r.json()["result"] == f"{n}-{web}", r.text
-
-
-def signed_in_browser(cluster, web: int) -> httpx2.Client:
-    """A person's session on one web process: sign in through the page like a browser."""
-    cluster.manage(
-        "shell",
-        "-c",
-        "from django.contrib.auth.models import User;"
-        " User.objects.filter(username='op').exists() or"
-        " User.objects.create_user('op', password='op-pass-123')",
-    )
-    b = httpx2.Client(base_url=cluster.webs[web], timeout=30, follow_redirects=True)
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', b.get("/login/").text).group(1)
-    r = b.post(
-        "/login/",
-        data={"username": "op", "password": "op-pass-123", "csrfmiddlewaretoken": token},
-        headers={"Referer": cluster.webs[web] + "/login/"},
-    )
-    assert "Sign out" in r.text
-    return b
 
 
 def test_it_runs_a_call_made_on_one_web_process_and_approved_on_the_other(cluster):
@@ -258,7 +136,7 @@ def test_it_fails_over_when_a_worker_is_killed_without_losing_calls(cluster):
     threads = [threading.Thread(target=caller, args=(w,)) for w in (0, 1)]
     for t in threads:
         t.start()
-    time.sleep(1)
+    wait_until(lambda: len(results) >= 4, 30, 0.05, what="calls flowing before the kill")
     killed_at = time.monotonic()
     cluster.procs[victim].send_signal(signal.SIGKILL)
 
@@ -277,7 +155,8 @@ def test_it_fails_over_when_a_worker_is_killed_without_losing_calls(cluster):
             )
             assert r.json()["result"] == "after"
     served = time.monotonic() - killed_at
-    time.sleep(1)
+    after = len(results)
+    wait_until(lambda: len(results) >= after + 4, 30, 0.05, what="calls flowing after the takeover")
     stop.set()
     for t in threads:
         t.join(70)

@@ -5,7 +5,7 @@ raise the cache generation in the revoking transaction)."""
 import pytest
 
 from tests.live import wait_until
-from tests.scaleout.test_scaleout import all_connected, cluster, signed_in_browser  # noqa: F401
+from tests.scaleout.cluster import all_connected, signed_in_browser
 
 pytestmark = pytest.mark.scaleout
 
@@ -16,7 +16,7 @@ def _echo(client, text: str):
     )
 
 
-def test_it_refuses_a_token_revoked_on_one_web_process_at_once_on_the_other(cluster):  # noqa: F811
+def test_it_refuses_a_token_revoked_on_one_web_process_at_once_on_the_other(cluster):
     import httpx2
 
     wait_until(lambda: all_connected(cluster), 30, 0.2)

@@ -1,0 +1,163 @@
+"""The runner's retry in process (SPEC 6): a call whose session is lost under it is retried
+once, on the renewed session, and only then. The server is an SDK `MCPServer` in this process,
+reached through the SDK's in-memory transport behind a pipe the test can cut, as a killed
+stdio server cuts its pipes; the session around it is the supervisor's own `ServerSession`."""
+
+import contextlib
+
+import anyio
+import pytest
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+from mcp.client._memory import InMemoryTransport
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from mcpcore import db
+from mcpcore.models import ToolCall
+from mcpcore.supervisor import Supervisor, transport
+from mcpcore.supervisor.session import ServerSession
+from tests.rows import write_servers
+
+NAME = "mem"
+
+
+class Dying:
+    """Connections to one in-process MCPServer, a new "process" per connect. `kill()` ends the
+    current one the way a killed server ends: the client reads end-of-stream, and what it
+    sends is lost."""
+
+    def __init__(self, server: MCPServer) -> None:
+        self.server = server
+        self.connects = 0
+        self._pipes: list[anyio.CancelScope] = []
+
+    def kill(self) -> None:
+        for pipe in self._pipes:
+            pipe.cancel()
+
+    @contextlib.asynccontextmanager
+    async def connect(self):
+        self.connects += 1
+        to_client, client_reads = anyio.create_memory_object_stream(0)
+        client_writes, from_client = anyio.create_memory_object_stream(0)
+        down, up = anyio.CancelScope(), anyio.CancelScope()
+        self._pipes = [down, up]
+
+        async def pump(scope, source, sink) -> None:
+            async with sink:
+                with scope:
+                    async for message in source:
+                        await sink.send(message)
+
+        async with InMemoryTransport(self.server) as (server_out, server_in):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pump, down, server_out, to_client)
+                tg.start_soon(pump, up, from_client, server_in)
+                try:
+                    yield client_reads, client_writes
+                finally:
+                    self.kill()
+                    for stream in (client_reads, client_writes, from_client):
+                        await stream.aclose()
+
+
+def server_that_dies(times: int) -> tuple[Dying, list[str]]:
+    """An MCPServer whose `work` tool kills its own connection on its first `times` calls
+    (with the call in its hands), then answers which connection it ran on."""
+    mcp = MCPServer("mem", log_level="WARNING")
+    seen: list[str] = []
+    dying = Dying(mcp)
+
+    @mcp.tool()
+    async def work(text: str) -> str:
+        """Answer the text and the connection it ran on."""
+        seen.append(text)
+        if len(seen) <= times:
+            dying.kill()
+            await anyio.sleep_forever()
+        return f"{text} on connection {dying.connects}"
+
+    @mcp.tool()
+    def broken() -> str:
+        """Fail as a tool does (an error result, the session unharmed)."""
+        seen.append("broken")
+        raise ToolError("broken was called")
+
+    return dying, seen
+
+
+@contextlib.asynccontextmanager
+async def supervisor_holding(dying: Dying, agenvoy_home, monkeypatch):
+    """A supervisor (not started: no loops, no leases) holding the session of server `mem`,
+    whose connections go to `dying`; connected when this yields."""
+    await sync_to_async(write_servers)(agenvoy_home, {NAME: {"url": "http://in-process.invalid/mcp"}})
+    monkeypatch.setattr(transport, "make_target", lambda *_args: dying.connect())
+    sup = Supervisor(exclusive=False, name="w1")
+    session = sup.sessions[NAME] = ServerSession(sup, NAME)
+    session.start()
+    try:
+        with anyio.fail_after(20):
+            await session.ready.wait()
+        yield sup
+    finally:
+        await sup.stop()
+
+
+async def run(sup: Supervisor, tool: str, arguments: dict) -> ToolCall:
+    """Record a call claimed by `sup` and run it there, as an approved call is run."""
+    call = await db.run(
+        ToolCall.objects.create,
+        session_id="s",
+        tool_name=f"mcp__{NAME}__{tool}",
+        server_name=NAME,
+        tool=tool,
+        arguments=arguments,
+        status="running",
+        started_at=timezone.now(),
+        worker=sup.name,
+        attempts=1,
+    )
+    with anyio.fail_after(60):
+        stored = await sup.run(call)
+    assert stored is not None
+    row = await db.run(ToolCall.objects.get, id=call.id)
+    assert (row.status, row.result) == (stored.status, stored.result)  # stored, not only returned
+    return stored
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_retries_a_call_whose_session_died_once_on_the_renewed_session(agenvoy_home, monkeypatch):
+    dying, seen = server_that_dies(times=1)
+    async with supervisor_holding(dying, agenvoy_home, monkeypatch) as sup:
+        call = await run(sup, "work", {"text": "hello"})
+    assert (call.status, call.result, call.is_error) == ("done", "hello on connection 2", False)
+    assert seen == ["hello", "hello"]  # the first attempt reached the server, and died there
+    assert dying.connects >= 2
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_retries_only_once_and_ends_the_call_with_the_loss_when_it_happens_again(
+    agenvoy_home, monkeypatch
+):
+    dying, seen = server_that_dies(times=2)
+    async with supervisor_holding(dying, agenvoy_home, monkeypatch) as sup:
+        call = await run(sup, "work", {"text": "hello"})
+        assert seen == ["hello", "hello"]  # no third attempt
+    assert call.status == "error" and call.is_error
+    assert call.result.startswith("tool error: ") and "hello on" not in call.result
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_does_not_retry_a_tool_error(agenvoy_home, monkeypatch):
+    dying, seen = server_that_dies(times=0)
+    async with supervisor_holding(dying, agenvoy_home, monkeypatch) as sup:
+        call = await run(sup, "broken", {})
+        again = await run(sup, "work", {"text": "after"})
+    assert (call.status, call.is_error) == ("error", True)
+    assert call.result.startswith("tool error: ") and call.result.endswith("broken was called")
+    assert seen == ["broken", "after"] and dying.connects == 1  # once, on the same session
+    assert again.result == "after on connection 1"
