@@ -522,6 +522,9 @@ class Delivery(models.Model):
     STATUSES = [("pending", "pending"), ("sent", "sent"), ("failed", "failed")]
 
     target = models.ForeignKey(NotificationTarget, on_delete=models.CASCADE, related_name="deliveries")
+    # The confirmation it tells of (none for a test message): retention deletes the two
+    # together (SPEC 18.1). A plain column, so deleting calls stays one DELETE per batch.
+    call_id = models.UUIDField(null=True, blank=True, db_index=True)
     event_type = models.CharField(max_length=40)
     message_id = models.CharField(max_length=64, unique=True)
     body = models.TextField()

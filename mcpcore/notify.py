@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import db
+from . import db, metrics
 from .models import Delivery, NotificationTarget, ToolCall, iso
 
 log = logging.getLogger("mcpcore.notify")
@@ -195,6 +195,7 @@ def enqueue(limit: int = 200) -> int:
             Delivery.objects.bulk_create(
                 Delivery(
                     target=t,
+                    call_id=call.id,
                     event_type=kind,
                     message_id=new_message_id(),
                     body=body,
@@ -281,6 +282,7 @@ async def _send(http: httpx2.AsyncClient, batch: list[Delivery]) -> None:
         for delivery in batch:
             code, error = await attempt(http, delivery)
             status = await db.run(record, delivery, code, error)
+            metrics.delivery_attempted(delivery.target.kind, status)
             if status != "sent":
                 log.info("delivery %s to target %s: %s (%s)", delivery.id, delivery.target_id, error, status)
     except Exception:

@@ -33,7 +33,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from . import allowlist, calls, control, files, live, notify, rules, serverconfig
+from . import allowlist, calls, control, files, live, notify, retention, rules, serverconfig
 from .forms import (
     HistoryFilter,
     ImportForm,
@@ -183,8 +183,17 @@ def servers(request: HttpRequest) -> HttpResponse:
     context = {"servers": live.server_rows()}
     if request.htmx:
         return render(request, "mcpcore/server_list.html#server-rows", context)
-    context.update(problems=_file_problems(), live_page="servers")
+    context.update(problems=_file_problems(), live_page="servers", storage=_storage())
     return render(request, "mcpcore/server_list.html", context)
+
+
+def _storage() -> dict:
+    """The Servers page footer: what the history holds and how long it is kept (SPEC 18.1)."""
+    return {
+        **retention.storage(),
+        "history_days": settings.AGENVOY_HISTORY_DAYS,
+        "result_days": settings.AGENVOY_RESULT_DAYS,
+    }
 
 
 # What the server page shows of a tool. Rows rather than model objects: building a thousand Tool

@@ -111,6 +111,13 @@ _RULES = _obj(
     ("rules", "error"),
 )
 _PATH = lambda name: {"name": name, "in": "path", "required": True, "schema": _STR}  # noqa: E731
+_QUERY = lambda name, what: {
+    "name": name,
+    "in": "query",
+    "required": False,
+    "schema": _STR,
+    "description": what,
+}  # noqa: E731
 _WAIT = {
     "name": "wait",
     "in": "query",
@@ -135,7 +142,26 @@ PATHS = {
             **_admin("change servers"),
         )
     },
-    "/v1/mcp/status": {"get": _op("Connection status of every server", errors=())},
+    "/v1/mcp/status": {
+        "get": _op(
+            "Connection status of every server, and the history's storage figures",
+            answer=_obj(
+                {
+                    "servers": {"type": "array", "items": {"type": "object"}},
+                    "storage": _obj(
+                        {
+                            "calls": {"type": "integer"},
+                            "oldest": {"type": ["string", "null"], "format": "date-time"},
+                            "database_bytes": {"type": "integer"},
+                        },
+                        ("calls", "oldest", "database_bytes"),
+                    ),
+                },
+                ("servers", "storage"),
+            ),
+            errors=(),
+        )
+    },
     "/v1/mcp/reconnect": {
         "post": _op(
             "Reconnect one server or all",
@@ -249,6 +275,27 @@ PATHS = {
                 410: "confirmation already resolved or expired",
             },
         ),
+    },
+    "/v1/calls/export": {
+        "get": _op(
+            "The call history, streamed oldest first, one call per line (JSONL, or CSV)",
+            answer={"type": "string"},
+            params=[
+                _QUERY("since", "ISO 8601 time of created_at, inclusive"),
+                _QUERY("until", "ISO 8601 time of created_at, exclusive"),
+                _QUERY("server", "server name (an unknown one matches nothing)"),
+                _QUERY("tool", "registered tool name (an unknown one matches nothing)"),
+                _QUERY("status", "one call status"),
+                _QUERY("format", "`jsonl` (default) or `csv`"),
+                _QUERY("results", "`1` includes results; `0` or absent leaves them out"),
+            ],
+            roles={
+                "agent": "no (403 `this token may not export history`)",
+                "approver": "yes",
+                "admin": "yes",
+            },
+            why={400: "invalid <parameter>: <value>", 403: "this token may not export history"},
+        )
     },
 }
 

@@ -1,0 +1,179 @@
+"""Running the console for months (SPEC 18): `GET /v1/calls/export` and `GET /metrics`."""
+
+import csv
+import datetime
+import io
+import ipaddress
+import json
+
+from django.conf import settings
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+
+from .. import db, metrics
+from ..models import ApiToken, ToolCall, iso
+from .auth import ApiError, api_view, authenticate, error
+
+# --- export (SPEC 18.2) ------------------------------------------------------------------------
+
+CHUNK = 500  # calls read per trip to the database: what the export holds in memory at once
+CSV_COLUMNS = (
+    "call_id", "created_at", "server", "tool", "status", "decision", "decided_by", "token",
+    "session_id", "duration_ms", "arguments",
+)  # fmt: skip
+FORMATS = {"jsonl": "application/x-ndjson; charset=utf-8", "csv": "text/csv; charset=utf-8"}
+STATUSES = {s for s, _ in ToolCall.STATUSES}
+
+
+def _time(name: str, raw: str) -> datetime.datetime:
+    try:
+        when = datetime.datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise ApiError(f"invalid {name}: {raw}") from None
+    return when if when.tzinfo else when.replace(tzinfo=datetime.UTC)
+
+
+def export_filters(params) -> tuple[Q, str, bool]:
+    """The query string of an export as (filter, format, with results); a bad value raises
+    400 `invalid <parameter>: <value>`. Empty values count as absent."""
+    where = Q()
+    for name, lookup in (("since", "created_at__gte"), ("until", "created_at__lt")):
+        if params.get(name):
+            where &= Q(**{lookup: _time(name, params[name])})
+    if params.get("server"):
+        where &= Q(server_name=params["server"])
+    if params.get("tool"):
+        where &= Q(tool_name=params["tool"])
+    status = params.get("status")
+    if status:
+        if status not in STATUSES:
+            raise ApiError(f"invalid status: {status}")
+        where &= Q(status=status)
+    fmt = params.get("format") or "jsonl"
+    if fmt not in FORMATS:
+        raise ApiError(f"invalid format: {fmt}")
+    results = params.get("results") or "0"
+    if results not in ("0", "1"):
+        raise ApiError(f"invalid results: {results}")
+    return where, fmt, results == "1"
+
+
+def export_chunk(where: Q, after: tuple | None, results: bool, limit: int = CHUNK) -> list:
+    """The next `limit` calls matching `where`, oldest first, after the keyset position
+    `after` ((created_at, id)). Sync."""
+    rows = ToolCall.objects.filter(where).select_related("token").only(*_FIELDS, "token__name")
+    if results:
+        rows = rows.defer("raw_result", "native_result")
+    else:
+        rows = rows.defer("result", "raw_result", "native_result")
+    if after is not None:
+        when, cid = after
+        rows = rows.filter(Q(created_at__gt=when) | Q(created_at=when, id__gt=cid))
+    return list(rows.order_by("created_at", "id")[:limit])
+
+
+_FIELDS = [
+    f.name for f in ToolCall._meta.concrete_fields if f.name not in ("raw_result", "native_result", "token")
+] + ["token"]
+
+
+def jsonl_line(call: ToolCall, results: bool) -> str:
+    """One call as `GET /v1/mcp/calls/<id>` answers it, `result` only when asked."""
+    body = call.to_dict()
+    if not results:
+        body.pop("result", None)
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def csv_row(call: ToolCall, results: bool) -> list:
+    duration = call.duration
+    row = [
+        str(call.id),
+        iso(call.created_at),
+        call.server_name,
+        call.tool_name,
+        call.status,
+        call.decision,
+        call.decided_by,
+        call.token.name if call.token is not None else "",
+        call.session_id,
+        "" if duration is None else round(duration * 1000, 3),
+        json.dumps(call.arguments, ensure_ascii=False, separators=(",", ":")),
+    ]
+    if results:
+        row.append(call.result if call.ended else "")
+    return row
+
+
+def _csv_text(rows: list[list]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\r\n").writerows(rows)
+    return out.getvalue()
+
+
+async def _stream(where: Q, fmt: str, results: bool):
+    """The export, chunk by chunk: one database trip per CHUNK calls, nothing kept."""
+    if fmt == "csv":
+        yield _csv_text([[*CSV_COLUMNS, *(["result"] if results else [])]]).encode()
+    after = None
+    while True:
+        chunk = await db.run(export_chunk, where, after, results)
+        if not chunk:
+            return
+        if fmt == "csv":
+            yield _csv_text([csv_row(c, results) for c in chunk]).encode()
+        else:
+            yield "".join(jsonl_line(c, results) for c in chunk).encode()
+        if len(chunk) < CHUNK:
+            return
+        after = (chunk[-1].created_at, chunk[-1].id)
+
+
+@api_view(("GET",))
+async def calls_export(request: HttpRequest) -> StreamingHttpResponse:
+    where, fmt, results = export_filters(request.GET)
+    response = StreamingHttpResponse(_stream(where, fmt, results), content_type=FORMATS[fmt])
+    response["Content-Disposition"] = f'attachment; filename="agenvoy-calls.{fmt}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+# --- metrics (SPEC 18.3) -----------------------------------------------------------------------
+
+
+def address_allowed(address: str | None, networks=None) -> bool:
+    """Whether a client address lies inside AGENVOY_METRICS_ALLOW."""
+    networks = settings.AGENVOY_METRICS_ALLOW if networks is None else networks
+    if not address or not networks:
+        return False
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if getattr(ip, "ipv4_mapped", None) is not None:
+        ip = ip.ipv4_mapped
+    return any(ip.version == n.version and ip in n for n in networks)
+
+
+def _open_sessions() -> int:
+    from ..mcpserver import endpoint
+
+    return endpoint.open_sessions()
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """`GET /metrics`: for an admin token, or any client inside AGENVOY_METRICS_ALLOW; else
+    401/403 as `/v1` answers them."""
+    if request.method not in ("GET", "HEAD"):
+        response = error("method not allowed", 405)
+        response["Allow"] = "GET, HEAD"
+        return response
+    if not address_allowed(request.META.get("REMOTE_ADDR")):
+        token = authenticate(request.headers.get("Authorization", ""))
+        if token is None:
+            return error("authentication required", 401)
+        if token.role != ApiToken.ADMIN:
+            return error("this token may not read metrics", 403)
+    response = HttpResponse(metrics.render(_open_sessions), content_type=metrics.CONTENT_TYPE)
+    response["Cache-Control"] = "no-store"
+    return response
