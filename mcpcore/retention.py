@@ -121,7 +121,8 @@ def old_results(cutoff: datetime.datetime, after: tuple | None, limit: int = BAT
     rows = ToolCall.objects.filter(created_at__lt=cutoff, status__in=ENDED)
     if after is not None:
         when, cid = after
-        rows = rows.filter(Q(created_at__gt=when) | Q(created_at=when, id__gt=cid))
+        # One index range, not an OR of two (which sorts the whole rest of the table).
+        rows = rows.filter(created_at__gte=when).filter(Q(created_at__gt=when) | Q(id__gt=cid))
     return list(rows.order_by("created_at", "id").values_list("created_at", "id")[:limit])
 
 

@@ -60,4 +60,3 @@ def insert(db_path: Path, rows) -> None:
             conn.executemany(INSERT, rows)
     finally:
         conn.close()
-

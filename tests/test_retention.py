@@ -101,7 +101,9 @@ def test_it_keeps_everything_when_the_days_are_0(settings):
 def test_it_deletes_at_most_1000_calls_per_transaction():
     created = timezone.now() - 100 * DAY
     ToolCall.objects.bulk_create(
-        ToolCall(session_id="s", tool_name="t", server_name="srv", tool="t", status="done", created_at=created)
+        ToolCall(
+            session_id="s", tool_name="t", server_name="srv", tool="t", status="done", created_at=created
+        )
         for _ in range(2500)
     )
     cutoff, _ = retention.cutoffs(timezone.now())
