@@ -42,7 +42,9 @@ RESULT_HEAD = 1024  # characters of a cut result that stay
 FIRST_PASS = 5.0  # seconds after start-up
 EVERY = 3600.0  # seconds between passes
 PAUSE = 0.01  # seconds between batches: the call path's writes go first
-ENDED = ToolCall.ENDED
+LIVE = ("pending", "running")  # never touched; "not live" rather than "one of the ended
+# statuses", so the time index serves the passes (an IN on status would pick the status index
+# and sort every old call for each batch)
 _LOCK_KEY = 0x6167_656E_766F_79  # "agenvoy": the advisory lock of PostgreSQL passes
 
 
@@ -88,7 +90,7 @@ def delete_batch(cutoff: datetime.datetime, limit: int = BATCH) -> Pruned:
     with transaction.atomic():
         if not _ours():
             return Pruned(busy=True)
-        old = ToolCall.objects.filter(created_at__lt=cutoff, status__in=ENDED)
+        old = ToolCall.objects.filter(created_at__lt=cutoff).exclude(status__in=LIVE)
         ids = list(old.order_by("created_at").values_list("id", flat=True)[:limit])
         if not ids:
             return Pruned()
@@ -100,7 +102,7 @@ def delete_batch(cutoff: datetime.datetime, limit: int = BATCH) -> Pruned:
 def cut_batch(ids: list, days: int) -> Pruned:
     """Cut the results of these calls (all older than the result cut-off), in one transaction."""
     mark = marker(days)
-    rows = ToolCall.objects.filter(id__in=ids, status__in=ENDED)
+    rows = ToolCall.objects.filter(id__in=ids).exclude(status__in=LIVE)
     with transaction.atomic():
         if not _ours():
             return Pruned(busy=True)
@@ -118,7 +120,7 @@ def cut_batch(ids: list, days: int) -> Pruned:
 def old_results(cutoff: datetime.datetime, after: tuple | None, limit: int = BATCH) -> list[tuple]:
     """The next `limit` (created_at, id) of ended calls created before `cutoff`, after the
     keyset position `after`, oldest first."""
-    rows = ToolCall.objects.filter(created_at__lt=cutoff, status__in=ENDED)
+    rows = ToolCall.objects.filter(created_at__lt=cutoff).exclude(status__in=LIVE)
     if after is not None:
         when, cid = after
         # One index range, not an OR of two (which sorts the whole rest of the table).
