@@ -63,20 +63,29 @@ def timed(client, path: str, expect: bytes = b"", db_times: list | None = None) 
     """Seconds per request; `db_times`, when given, gets each request's time in the database
     (the part that grows with the history: the rest is rendering 50 rows)."""
     from django.db import connection
-    from django.test.utils import CaptureQueriesContext
+
+    spent = [0.0]
+
+    def clock(execute, sql, params, many, context):
+        t = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            spent[0] += time.perf_counter() - t
 
     for _ in range(3):
         client.get(path)
     times = []
-    for _ in range(REQUESTS):
-        with CaptureQueriesContext(connection) as queries:
+    with connection.execute_wrapper(clock):
+        for _ in range(REQUESTS):
+            spent[0] = 0.0
             t = time.perf_counter()
             r = client.get(path)
             times.append(time.perf_counter() - t)
-        if db_times is not None:
-            db_times.append(sum(float(q["time"]) for q in queries.captured_queries))
-        if r.status_code != 200 or expect not in r.content:
-            raise RuntimeError(f"GET {path}: {r.status_code}")
+            if db_times is not None:
+                db_times.append(spent[0])
+            if r.status_code != 200 or expect not in r.content:
+                raise RuntimeError(f"GET {path}: {r.status_code}")
     return times
 
 
@@ -133,7 +142,7 @@ def run() -> list[Figure]:
             )
         )
         figures.append(
-            Figure(NAME, f"history {label}: its database queries, p50", ms(percentile(db_times, 50)), "ms")
+            Figure(NAME, f"history {label}: its queries (execute), p50", ms(percentile(db_times, 50)), "ms")
         )
     servers = percentile(timed(signed_in, "/", b'id="storage"'), 50)
     figures.append(

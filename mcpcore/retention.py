@@ -16,7 +16,8 @@ transaction-level advisory lock, so that in scale-out one process prunes at a ti
 others skip (they try again at their next pass).
 
 `run()` is the background task the supervisor starts: a pass FIRST_PASS seconds after start-up,
-then one every EVERY seconds, one batch per trip to the database thread.
+then one every EVERY seconds, one batch per trip to the database thread and after each a rest
+as long as the batch took.
 """
 
 import asyncio

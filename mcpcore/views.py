@@ -632,6 +632,7 @@ def _history_page(rows, before, after, parts=None) -> dict:
                 for q in querysets
             ],
             ("created_at", "id"),
+            rows,
         )
         newer = len(found) > PAGE_SIZE
         page = found[:PAGE_SIZE][::-1]
@@ -643,7 +644,7 @@ def _history_page(rows, before, after, parts=None) -> dict:
                 q.filter(created_at__lte=when).filter(Q(created_at__lt=when) | Q(id__lt=cid))
                 for q in querysets
             ]
-        found = _merged(querysets, ("-created_at", "-id"))
+        found = _merged(querysets, ("-created_at", "-id"), rows)
         older = len(found) > PAGE_SIZE
         page = found[:PAGE_SIZE]
         newer = before is not None
@@ -654,12 +655,23 @@ def _history_page(rows, before, after, parts=None) -> dict:
     }
 
 
-def _merged(querysets: list, order: tuple[str, str]) -> list:
-    """The first PAGE_SIZE + 1 rows, in `order`, of the union of `querysets`."""
-    found = [row for q in querysets for row in q.order_by(*order)[: PAGE_SIZE + 1]]
-    if len(querysets) > 1:
-        found.sort(key=lambda c: (c.created_at, c.id), reverse=order[0].startswith("-"))
-    return found[: PAGE_SIZE + 1]
+def _merged(querysets: list, order: tuple[str, str], rows) -> list:
+    """The first PAGE_SIZE + 1 rows, in `order`, of the union of `querysets`. Of several, only
+    the keys are read from each, then the rows of the merged page, once each, from `rows`."""
+    if len(querysets) == 1:
+        return list(querysets[0].order_by(*order)[: PAGE_SIZE + 1])
+    newest_first = order[0].startswith("-")
+    keys = sorted(
+        (
+            key
+            for q in querysets
+            for key in q.order_by(*order).values_list("created_at", "id")[: PAGE_SIZE + 1]
+        ),
+        reverse=newest_first,
+    )[: PAGE_SIZE + 1]
+    found = list(rows.filter(id__in=[cid for _, cid in keys])) if keys else []
+    found.sort(key=lambda c: (c.created_at, c.id), reverse=newest_first)
+    return found
 
 
 # Above this many tool names matching a tool filter, the history is read in time order with
