@@ -71,7 +71,7 @@ def export(token: str, query: str = "") -> tuple[int, str, str]:
 
 def test_it_exports_every_call_oldest_first_as_json_lines_without_results(approver, history):
     status, kind, body = export(approver)
-    assert status == 200 and kind.startswith("application/x-ndjson")
+    assert status == 200 and kind.startswith("application/jsonl")
     lines = [json.loads(line) for line in body.splitlines()]
     assert [x["call_id"] for x in lines] == [str(c.id) for c in history]
     first = lines[0]

@@ -21,7 +21,7 @@ CSV_COLUMNS = (
     "call_id", "created_at", "server", "tool", "status", "decision", "decided_by", "token",
     "session_id", "duration_ms", "arguments",
 )  # fmt: skip
-FORMATS = {"jsonl": "application/x-ndjson; charset=utf-8", "csv": "text/csv; charset=utf-8"}
+FORMATS = {"jsonl": "application/jsonl; charset=utf-8", "csv": "text/csv; charset=utf-8"}
 STATUSES = {s for s, _ in ToolCall.STATUSES}
 
 
