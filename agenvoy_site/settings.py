@@ -60,6 +60,38 @@ def _positive_int(name: str, default: int) -> int:
     return value
 
 
+def _days(name: str, default: int) -> int:
+    """A number of days, a whole number from 0 (0: keep everything)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number of days, got {raw!r}") from None
+    if value < 0:
+        raise ImproperlyConfigured(f"{name} must be 0 (keep everything) or more days, got {raw!r}")
+    return value
+
+
+def _networks(name: str) -> tuple:
+    """Comma-separated CIDRs (a bare address is a network of one) as ip_network objects."""
+    import ipaddress
+
+    raw = os.environ.get(name, "")
+    out = []
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        try:
+            out.append(ipaddress.ip_network(part, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must be comma-separated CIDRs like 10.0.0.0/8, got {part!r}"
+            ) from None
+    return tuple(out)
+
+
 def _bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
@@ -158,6 +190,12 @@ AGENVOY_LEASE_SECONDS = _seconds("AGENVOY_LEASE_SECONDS", 10)
 AGENVOY_PING_SECONDS = _seconds("AGENVOY_PING_SECONDS", 10)
 # Pending confirmations one token may have at once (SPEC 12.2): one more answers 429.
 AGENVOY_MAX_PENDING = _positive_int("AGENVOY_MAX_PENDING", 100)
+# Retention (SPEC 18.1): ended calls older than this many days are deleted, results older than
+# AGENVOY_RESULT_DAYS cut to their head; 0 keeps everything.
+AGENVOY_HISTORY_DAYS = _days("AGENVOY_HISTORY_DAYS", 90)
+AGENVOY_RESULT_DAYS = _days("AGENVOY_RESULT_DAYS", 30)
+# Client addresses that may read /metrics without a token (SPEC 18.3).
+AGENVOY_METRICS_ALLOW = _networks("AGENVOY_METRICS_ALLOW")
 if AGENVOY_CALL_MAX_SECONDS < AGENVOY_CALL_TIMEOUT:
     raise ImproperlyConfigured("AGENVOY_CALL_MAX_SECONDS must not be below AGENVOY_CALL_TIMEOUT")
 
@@ -249,6 +287,9 @@ def _database() -> dict:
             raise ImproperlyConfigured("DATABASE_URL names no database (e.g. postgres://user@host/agenvoy)")
     if config["ENGINE"].endswith("sqlite3"):
         config["OPTIONS"] = {**SQLITE_OPTIONS, **config.get("OPTIONS", {})}
+        name = str(config.get("NAME") or "")
+        if name and name != ":memory:" and not name.startswith("file:") and Path(name).parent.is_dir():
+            _private_file(Path(name))  # owner-only, however it is named (SPEC 12.3, 18.1)
     return config
 
 

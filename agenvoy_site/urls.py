@@ -2,6 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 
 from mcpcore import views
+from mcpcore.api.ops import metrics_view
 
 urlpatterns = [
     # What MCP clients probe for OAuth (SPEC 17.4): JSON 404s, never the sign-in page.
@@ -12,6 +13,7 @@ urlpatterns = [
     ),
     path("a/<str:token>", views.one_tap, name="one-tap"),
     path("v1/", include("mcpcore.api.urls")),
+    path("metrics", metrics_view, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("mcpcore.urls")),

@@ -28,6 +28,8 @@ BENCHES = [
     "approval",
     "watchloop",
     "pages",
+    "history",
+    "retention",
     "allowlist",
     "rules",
     "memory",

@@ -32,7 +32,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import allowlist, cache, control, db, files, gate, rules, schemas, store
+from . import allowlist, cache, control, db, files, gate, metrics, rules, schemas, store
 from .choices import CallDecision, CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
 from .models import (
     AllowEntry,
@@ -229,6 +229,8 @@ def create(
     else:
         _wait_for_a_person(call, token, now)
     store.insert(call)
+    if call.ended:  # denied by a rule
+        _count_end(call)
     if call.status == CallStatus.PENDING and token is not None and not _still_live(token):
         # Revoked between this request's auth and now: revoke_token's sweep may have missed it.
         finish(call.id, CallStatus.CANCELLED, TOKEN_REVOKED, decided_at=timezone.now())
@@ -442,7 +444,10 @@ async def respond(
 
 def finish(call_id, status: str, result: str, **fields) -> bool:
     """End a call once: a conditional update from pending/running, so no end is overwritten."""
-    return store.end(call_id, {"status": status, "result": result, "ended_at": timezone.now(), **fields})
+    ended = store.end(call_id, {"status": status, "result": result, "ended_at": timezone.now(), **fields})
+    if ended:
+        _count_end_of(call_id)
+    return ended
 
 
 def finish_call(call: ToolCall, status: str, result: str, **fields) -> ToolCall | None:
@@ -453,6 +458,7 @@ def finish_call(call: ToolCall, status: str, result: str, **fields) -> ToolCall 
         return None
     for key, value in ended.items():
         setattr(call, key, value)
+    _count_end(call)
     return call
 
 
@@ -537,11 +543,12 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
     if not changed:
         raise ReplyError("confirmation already resolved or expired", 410)
     call.refresh_from_db()
+    _count_reply(call)
     return call
 
 
 def expire(call_id) -> bool:
-    return (
+    expired = (
         ToolCall.objects.filter(id=call_id, status=CallStatus.PENDING).update(
             status=CallStatus.EXPIRED,
             decision=CallDecision.EXPIRED,
@@ -553,6 +560,9 @@ def expire(call_id) -> bool:
         )
         == 1
     )
+    if expired:
+        _count_end_of(call_id)
+    return expired
 
 
 def expire_due() -> list[str]:
@@ -698,6 +708,8 @@ def create_permission_prompt(
     else:
         _wait_for_a_person(call, token, now)
     store.insert(call)
+    if call.ended:  # allowed by a grant or a session allowance
+        _count_end(call)
     return call
 
 
@@ -804,3 +816,33 @@ def revoke_token(token_id: int) -> tuple[bool, list[str]]:
     )
     ended = [str(cid) for cid in pending if finish(cid, CallStatus.CANCELLED, TOKEN_REVOKED, decided_at=now)]
     return True, ended
+
+
+# --- metrics (SPEC 18.3) ------------------------------------------------------------------------
+# Each end of a call is counted where the write that ends it is made, once it is committed.
+
+
+def _count_end(call: ToolCall) -> None:
+    labels = (call.server_name, call.status, call.decision, call.started_at, call.ended_at)
+    db.on_commit(lambda: metrics.call_ended(*labels))
+
+
+def _count_end_of(call_id) -> None:
+    """`_count_end` for a call ended by id: its labels read back from the row."""
+    row = store.ended_row(call_id)
+    if row is None:
+        return
+    server, status, decision, started_at, ended_at, confirm_id = row
+    db.on_commit(lambda: metrics.call_ended(server, status, decision, started_at, ended_at))
+    if confirm_id is not None and status in ("expired", "cancelled") and decision in ("", "expired"):
+        # A confirmation that ended without a person's decision (a timeout, a cancel, a revoke).
+        db.on_commit(lambda: metrics.confirmation_ended(status))
+
+
+def _count_reply(call: ToolCall) -> None:
+    """A person's (or one tap's) decision: the confirmation, and the call if that ended it."""
+    outcome = "approved" if call.decision in ("approve", "remember", "session") else "denied"
+    created_at, decided_at = call.created_at, call.decided_at
+    db.on_commit(lambda: metrics.confirmation_ended(outcome, created_at, decided_at))
+    if call.ended:
+        _count_end(call)

@@ -24,6 +24,7 @@ import collections
 import contextlib
 import contextvars
 import functools
+import logging
 import os
 import sqlite3
 import threading
@@ -44,6 +45,18 @@ _on_loop: "_LoopSQLite | None" = None
 _here: contextvars.ContextVar["sqlite3.Connection | None"] = contextvars.ContextVar(
     "agenvoy_db_here", default=None
 )
+# What to run once the loop's write transaction commits (`on_commit`), while one runs there.
+_after: contextvars.ContextVar["list | None"] = contextvars.ContextVar("agenvoy_db_after", default=None)
+
+
+def on_commit(fn: Callable[[], Any]) -> None:
+    """Run `fn` once the write that is running now is committed, never if it is rolled back
+    (a write job can run twice: see `write`). Outside any transaction it runs at once."""
+    after = _after.get()
+    if after is not None:
+        after.append(fn)
+    else:
+        transaction.on_commit(fn)
 
 
 def sql(statement: str, params: Sequence = ()) -> tuple[int, tuple | None]:
@@ -215,11 +228,11 @@ class _LoopSQLite:
         except sqlite3.Error:  # another connection is writing: wait for it elsewhere
             self._elsewhere(batch)
             return
-        settled, elsewhere = [], []
-        mark = _here.set(conn)
+        settled, elsewhere, after = [], [], []
+        mark, after_mark = _here.set(conn), _after.set(after)
         try:
             for fn, future in batch:
-                before = conn.total_changes
+                before, registered = conn.total_changes, len(after)
                 try:
                     outcome = (True, fn())
                 except sqlite3.Error:
@@ -227,6 +240,7 @@ class _LoopSQLite:
                 except BaseException as exc:
                     if conn.total_changes != before:
                         raise _WroteThenRaised() from exc
+                    del after[registered:]  # it runs again elsewhere, and says so again there
                     if isinstance(exc, SynchronousOnlyOperation):
                         elsewhere.append((fn, future))  # it needs the ORM
                         continue
@@ -240,6 +254,12 @@ class _LoopSQLite:
             return
         finally:
             _here.reset(mark)
+            _after.reset(after_mark)
+        for fn in after:
+            try:
+                fn()
+            except Exception:
+                logging.getLogger("mcpcore.db").exception("an on_commit callback failed")
         _settle(settled)
         self._elsewhere(elsewhere)
         self._commits += 1

@@ -282,15 +282,16 @@ class ToolCall(models.Model):
     kind = models.CharField(max_length=20, choices=CallKind.choices, default=CallKind.TOOL_CONFIRM)
     # Unique among confirmations (see Meta); calls that run at once have none.
     confirm_id = models.UUIDField(null=True, blank=True)
-    session_id = models.CharField(max_length=200, db_index=True)
-    tool_name = models.CharField(max_length=700, db_index=True)
-    server_name = models.CharField(max_length=64, db_index=True)
+    # Indexed with created_at (see Meta): the History page's filters, newest first.
+    session_id = models.CharField(max_length=200)
+    tool_name = models.CharField(max_length=700)
+    server_name = models.CharField(max_length=64)
     tool = models.CharField(max_length=512)
     arguments = models.JSONField(default=dict)
     mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.CONFIRM)
     token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL)
     requested_by = models.CharField(max_length=150, blank=True, default="")
-    # Indexed through (status, expires_at), which serves lookups by status alone too.
+    # Indexed through (status, created_at), which serves lookups by status alone too.
     status = models.CharField(max_length=12, choices=CallStatus.choices, default=CallStatus.PENDING)
     decision = models.CharField(max_length=20, choices=CallDecision.choices, blank=True, default="")
     decided_by = models.CharField(max_length=150, blank=True, default="")
@@ -334,7 +335,13 @@ class ToolCall(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["status", "expires_at"]),
+            # Each filter of the History page with the time order of its pages (SPEC 18.4):
+            # a page of a million calls is one index range, whichever filter is set. As many
+            # indexes as before: each replaced one on the filter's column alone.
+            models.Index(fields=["status", "created_at"], name="mcpcore_call_status_time"),
+            models.Index(fields=["server_name", "created_at"], name="mcpcore_call_server_time"),
+            models.Index(fields=["tool_name", "created_at"], name="mcpcore_call_tool_time"),
+            models.Index(fields=["session_id", "created_at"], name="mcpcore_call_session_time"),
             # The notifier's question every second: confirmations not yet told about in full.
             models.Index(
                 fields=["created_at"],
@@ -552,6 +559,9 @@ class Delivery(models.Model):
     body is stored as sent, so every retry carries the same bytes and the same `message_id`."""
 
     target = models.ForeignKey(NotificationTarget, on_delete=models.CASCADE, related_name="deliveries")
+    # The confirmation it tells of (none for a test message): retention deletes the two
+    # together (SPEC 18.1). A plain column, so deleting calls stays one DELETE per batch.
+    call_id = models.UUIDField(null=True, blank=True, db_index=True)
     event_type = models.CharField(max_length=40)
     message_id = models.CharField(max_length=64, unique=True)
     body = models.TextField()

@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import db, onetap
+from . import db, metrics, onetap
 from .choices import CallKind, CallStatus, DeliveryStatus, TargetKind
 from .models import Delivery, NotificationTarget, ToolCall, iso
 
@@ -225,6 +225,7 @@ def enqueue(limit: int = 200) -> int:
             Delivery.objects.bulk_create(
                 Delivery(
                     target=t,
+                    call_id=call.id,
                     event_type=kind,
                     message_id=new_message_id(),
                     body=body,
@@ -317,6 +318,7 @@ async def _send(http: httpx2.AsyncClient, batch: list[Delivery]) -> None:
         for delivery in batch:
             code, error = await attempt(http, delivery)
             status = await db.run(record, delivery, code, error)
+            metrics.delivery_attempted(delivery.target.kind, status)
             if status != DeliveryStatus.SENT:
                 log.info("delivery %s to target %s: %s (%s)", delivery.id, delivery.target_id, error, status)
     except Exception:

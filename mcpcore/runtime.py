@@ -22,7 +22,7 @@ from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
 
-from . import cache, calls, db, routing
+from . import cache, calls, db, metrics, routing
 from .api.handler import ApiHandler, ApiRouter
 from .mcpserver import McpEndpoint, McpRouter
 from .staticserve import StaticFiles
@@ -51,6 +51,7 @@ class Runtime:
         middleware-free Django handler, pages through `site` (the full Django handler),
         WebSockets through Channels routing, static files served directly."""
         self.endpoint = McpEndpoint()
+        metrics.count_sessions_with(self.endpoint.open_sessions)
         http = McpRouter(self.endpoint, ApiRouter(ApiHandler(), site))
         websocket = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(routing.websocket_urlpatterns)))
 

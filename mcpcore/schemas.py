@@ -12,6 +12,7 @@ Pure: no Django, no `mcp`. Adding a body is one `Contract` subclass here, one `c
 door, and its operation in `api/openapi.py` (beside its right in `api/auth.RIGHTS`).
 """
 
+import datetime
 import json
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, Self
@@ -36,6 +37,7 @@ from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticCustomError, PydanticUseDefault, core_schema
 
 from . import allowlist, gate, names
+from .choices import CallStatus
 
 # The pydantic error types of this contract's messages: one a validator raises (`refuse`),
 # and a field's own `Message`.
@@ -621,3 +623,67 @@ class ClaudeCodeHook(Contract):
     session_id: Annotated[str, PlainValidator(_text_or_empty, json_schema_input_type=str)] = ""
     cwd: Annotated[str, PlainValidator(_text_or_empty, json_schema_input_type=str)] = ""
     tool_use_id: Annotated[str, PlainValidator(_text_or_empty, json_schema_input_type=str)] = ""
+
+
+# --- export (SPEC 18.2) --------------------------------------------------------------------------------
+
+
+def _query_value(name: str, parse: Callable[[str], Any]) -> PlainValidator:
+    """An optional query parameter: empty counts as absent; a value `parse` refuses (it raises
+    ValueError) answers `invalid <name>: <value>`."""
+
+    def check(value: Any) -> Any:
+        if value is None or value == "":
+            return None
+        try:
+            return parse(value)
+        except (ValueError, TypeError, AttributeError):
+            raise refuse(f"invalid {name}: {value}") from None
+
+    return PlainValidator(check, json_schema_input_type=str)
+
+
+def _iso_time(raw: str) -> datetime.datetime:
+    when = datetime.datetime.fromisoformat(raw.strip())
+    return when if when.tzinfo else when.replace(tzinfo=datetime.UTC)
+
+
+def _one_of(*values: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw not in values:
+            raise ValueError(raw)
+        return raw
+
+    return parse
+
+
+class ExportQuery(Contract):
+    """The query of `GET /v1/calls/export`; every parameter is optional, an empty one absent."""
+
+    since: Annotated[
+        datetime.datetime | None,
+        _query_value("since", _iso_time),
+        Field(description="ISO 8601 time of created_at, inclusive (UTC when it names no zone)"),
+    ] = None
+    until: Annotated[
+        datetime.datetime | None,
+        _query_value("until", _iso_time),
+        Field(description="ISO 8601 time of created_at, exclusive"),
+    ] = None
+    server: Annotated[
+        str | None,
+        _query_value("server", str),
+        Field(description="a server name (an unknown one matches nothing)"),
+    ] = None
+    tool: Annotated[
+        str | None, _query_value("tool", str), Field(description="a registered tool name (likewise)")
+    ] = None
+    status: Annotated[str | None, _query_value("status", _one_of(*CallStatus.values))] = None
+    format: Annotated[
+        str | None,
+        _query_value("format", _one_of("jsonl", "csv")),
+        Field(description="`jsonl` (default) or `csv`"),
+    ] = None
+    results: Annotated[
+        str | None, _query_value("results", _one_of("0", "1")), Field(description="`1` includes results")
+    ] = None

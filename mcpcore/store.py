@@ -111,3 +111,18 @@ def end(call_id, fields: dict) -> bool:
     params += [_prep(_BY_NAME["id"], call_id), *sorted(CALL_LIVE)]
     changed, _ = db.sql(_end_sql(names), params)
     return changed == 1
+
+
+@functools.cache
+def _ended_sql() -> str:
+    qn = _backend().ops.quote_name
+    names = ("server_name", "status", "decision", "started_at", "ended_at", "confirm_id")
+    columns = ", ".join(qn(_BY_NAME[n].column) for n in names)
+    return f"SELECT {columns} FROM {qn(ToolCall._meta.db_table)} WHERE {qn('id')} = %s"
+
+
+def ended_row(call_id) -> tuple | None:
+    """(server_name, status, decision, started_at, ended_at, confirm_id) of a call, as its
+    metrics need them (times as datetimes or, on the loop's SQLite connection, text)."""
+    _, row = db.sql(_ended_sql(), [_prep(_BY_NAME["id"], call_id)])
+    return row

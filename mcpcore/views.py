@@ -35,7 +35,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 from django_htmx.middleware import HtmxDetails
 
-from . import allowlist, calls, control, files, live, notify, onetap, rules, serverconfig
+from . import allowlist, calls, control, files, live, notify, onetap, retention, rules, serverconfig
 from .choices import CallDecision, CallStatus, ServerState, TargetKind, TokenRole
 from .forms import (
     HistoryFilter,
@@ -190,6 +190,7 @@ def servers(request: HtmxRequest) -> HttpResponse:
     context.update(
         problems=_file_problems(),
         live_page="servers",
+        storage=_storage(),
         example_installed=serverconfig.example_installed(),
         example_name=serverconfig.EXAMPLE_NAME,
         example_only=_example_only(context["servers"]),
@@ -204,6 +205,15 @@ def _example_only(rows: list) -> bool:
     if len(rows) != 1 or rows[0].name != serverconfig.EXAMPLE_NAME:
         return False
     return rows[0].config.get("command") == str(serverconfig.example_command())
+
+
+def _storage() -> dict:
+    """The Servers page footer: what the history holds and how long it is kept (SPEC 18.1)."""
+    return {
+        **retention.storage(),
+        "history_days": settings.AGENVOY_HISTORY_DAYS,
+        "result_days": settings.AGENVOY_RESULT_DAYS,
+    }
 
 
 # What the server page shows of a tool. Rows rather than model objects: building a thousand Tool
@@ -654,20 +664,32 @@ def _cursor_of(call: ToolCall) -> str:
     return f"{stamp}~{call.id}"
 
 
-def _history_page(rows, before, after) -> dict:
-    """Keyset pages, newest first, over (created_at, id): cheap at any depth, no COUNT(*)."""
+def _history_page(rows, before, after, parts=None) -> dict:
+    """Keyset pages, newest first, over (created_at, id): cheap at any depth, no COUNT(*).
+    `parts`, when given, are querysets whose rows together are the page's (see `_tool_parts`):
+    each is read up to a page and the pages merged."""
+    querysets = parts if parts is not None else [rows]
     if after is not None:
         when, cid = after
-        rows = rows.filter(created_at__gte=when).filter(Q(created_at__gt=when) | Q(id__gt=cid))
-        found = list(rows.order_by("created_at", "id")[: PAGE_SIZE + 1])
+        found = _merged(
+            [
+                q.filter(created_at__gte=when).filter(Q(created_at__gt=when) | Q(id__gt=cid))
+                for q in querysets
+            ],
+            ("created_at", "id"),
+            rows,
+        )
         newer = len(found) > PAGE_SIZE
         page = found[:PAGE_SIZE][::-1]
         older = True
     else:
         if before is not None:
             when, cid = before
-            rows = rows.filter(created_at__lte=when).filter(Q(created_at__lt=when) | Q(id__lt=cid))
-        found = list(rows.order_by("-created_at", "-id")[: PAGE_SIZE + 1])
+            querysets = [
+                q.filter(created_at__lte=when).filter(Q(created_at__lt=when) | Q(id__lt=cid))
+                for q in querysets
+            ]
+        found = _merged(querysets, ("-created_at", "-id"), rows)
         older = len(found) > PAGE_SIZE
         page = found[:PAGE_SIZE]
         newer = before is not None
@@ -676,6 +698,61 @@ def _history_page(rows, before, after) -> dict:
         "older": _cursor_of(page[-1]) if older and page else None,
         "newer": _cursor_of(page[0]) if newer and page else None,
     }
+
+
+def _merged(querysets: list, order: tuple[str, str], rows) -> list:
+    """The first PAGE_SIZE + 1 rows, in `order`, of the union of `querysets`. Of several, only
+    the keys are read from each, then the rows of the merged page, once each, from `rows`."""
+    if len(querysets) == 1:
+        return list(querysets[0].order_by(*order)[: PAGE_SIZE + 1])
+    newest_first = order[0].startswith("-")
+    keys = sorted(
+        (
+            key
+            for q in querysets
+            for key in q.order_by(*order).values_list("created_at", "id")[: PAGE_SIZE + 1]
+        ),
+        reverse=newest_first,
+    )[: PAGE_SIZE + 1]
+    found = list(rows.filter(id__in=[cid for _, cid in keys])) if keys else []
+    found.sort(key=lambda c: (c.created_at, c.id), reverse=newest_first)
+    return found
+
+
+# Above this many tool names matching a tool filter, the history is read in time order with
+# the filter applied row by row (so many names match that matching rows are near).
+TOOL_PARTS = 200
+
+
+def _tool_parts(rows, text: str) -> list | None:
+    """A tool filter (part of a registered name, any case) as one queryset per matching name,
+    each served by the (tool_name, created_at) index; None for too many names (filter the
+    time-ordered rows instead). The names are found by skipping through that index, one seek
+    per distinct name, so a filter matching nothing costs no scan of the calls."""
+    names = _tool_names(TOOL_PARTS * 50)
+    if names is None:
+        return None
+    wanted = text.casefold()
+    matching = [n for n in names if wanted in n.casefold()]
+    if len(matching) > TOOL_PARTS:
+        return None
+    return [rows.filter(tool_name=n) for n in matching]
+
+
+def _tool_names(limit: int) -> list[str] | None:
+    """Every distinct tool name in the history, or None when there are more than `limit`."""
+    from django.db import connection
+
+    table, column = ToolCall._meta.db_table, "tool_name"
+    sql = (
+        f"WITH RECURSIVE names(n) AS (SELECT MIN({column}) FROM {table} UNION ALL "
+        f"SELECT (SELECT MIN({column}) FROM {table} WHERE {column} > names.n) FROM names "
+        f"WHERE names.n IS NOT NULL) SELECT n FROM names WHERE n IS NOT NULL LIMIT %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [limit + 1])
+        names = [row[0] for row in cursor.fetchall()]
+    return names if len(names) <= limit else None
 
 
 def _history_row(call: ToolCall) -> dict:
@@ -701,6 +778,7 @@ def took(seconds: float | None) -> str:
 @htmx_page
 def history(request: HtmxRequest) -> HttpResponse:
     form = HistoryFilter(request.GET)
+    parts = None
     rows = ToolCall.objects.defer("result", "raw_result").annotate(
         result_head=Substr("result", 1, RESULT_HEAD)
     )
@@ -708,13 +786,17 @@ def history(request: HtmxRequest) -> HttpResponse:
         f = form.cleaned_data
         if f["server"]:
             rows = rows.filter(server_name=f["server"])
-        if f["tool"]:
-            rows = rows.filter(tool_name__icontains=f["tool"].strip())
         if f["status"]:
             rows = rows.filter(status=f["status"])
         if f["session"]:
             rows = rows.filter(session_id=f["session"].strip())
-    context = _history_page(rows, _cursor(request.GET.get("before")), _cursor(request.GET.get("after")))
+        if f["tool"].strip():
+            parts = _tool_parts(rows, f["tool"].strip())
+            if parts is None:
+                rows = rows.filter(tool_name__icontains=f["tool"].strip())
+    context = _history_page(
+        rows, _cursor(request.GET.get("before")), _cursor(request.GET.get("after")), parts
+    )
     context["filtered"] = any(request.GET.get(k) for k in ("server", "tool", "status", "session"))
     if request.htmx:
         return render(request, "mcpcore/call_list.html#call-table", context)

@@ -43,6 +43,8 @@ LAYERS: list[tuple[str, set[str], set[str]]] = [
             "mcpcore.serverconfig",
             "mcpcore.apps",
             "mcpcore.channellayer",
+            "mcpcore.metrics",
+            "mcpcore.retention",
         },
         {"pure"},
     ),

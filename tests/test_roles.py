@@ -62,6 +62,7 @@ EXPECT: dict[tuple[str, str], dict] = {
     ("api-rules", "POST"): admin_only("change rules", None),  # admin: the rules route's own tests
     # Any role may post a hook (a permission prompt of its own); the empty body names no event.
     ("api-hooks-claude-code", "POST"): same((400, "unsupported hook event: ")),
+    ("api-calls-export", "GET"): {"agent": denied("export history"), "approver": OK, "admin": OK},
     **{("api-not-found", m): same((404, "not found")) for m in ("GET", "POST", "PUT", "PATCH", "DELETE")},
     **{("api-not-found-any", m): same((404, "not found")) for m in ("GET", "POST", "PUT", "PATCH", "DELETE")},
 }
@@ -164,7 +165,7 @@ def test_it_answers_each_role_as_the_rights_table_says_on_every_route(
     call = make_call(tokens["other"][0])
     status, message = EXPECT[(name, method)][role] or (None, None)
     r = request(tokens[role][1], method, _path(name, call), BODIES.get(name))
-    assert r["Content-Type"].startswith("application/json")
+    assert r["Content-Type"].startswith("application/json")  # the export's JSON Lines too
     if status is None:  # allowed; what the route then answers is its own tests' business
         assert r.status_code not in (401, 403), r.content
         return
@@ -174,6 +175,31 @@ def test_it_answers_each_role_as_the_rights_table_says_on_every_route(
     if status == 403 or (status == 404 and "call" in (message or "")):
         call.refresh_from_db()
         assert call.status == "pending"  # a refused request changed nothing
+
+
+@pytest.mark.parametrize(
+    "who, answer",
+    [
+        ("agent", (403, "this token may not read metrics")),
+        ("approver", (403, "this token may not read metrics")),
+        ("admin", (200, None)),
+        ("nobody", (401, "authentication required")),
+        ("bad", (401, "authentication required")),
+    ],
+)
+def test_it_answers_metrics_to_an_admin_token_only_outside_the_allowed_addresses(tokens, who, answer):
+    """`GET /metrics` (SPEC 18.3, 12.1), outside /v1 but under the same rule and answers."""
+    headers = {"agent": tokens["agent"][1], "approver": tokens["approver"][1], "admin": tokens["admin"][1]}
+    auth_header = {"nobody": {}, "bad": {"HTTP_AUTHORIZATION": "Bearer agv_nope"}}.get(
+        who, {"HTTP_AUTHORIZATION": f"Bearer {headers.get(who)}"}
+    )
+    r = Client().get("/metrics", **auth_header)
+    status, message = answer
+    assert r.status_code == status, r.content
+    if message is None:
+        assert r["Content-Type"].startswith("text/plain") and b"agenvoy_pending_confirmations" in r.content
+    else:
+        assert r.json() == {"error": message}
 
 
 # --- calls of other tokens ----------------------------------------------------------------------

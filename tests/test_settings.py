@@ -40,6 +40,11 @@ BAD = [
     # A file where a folder belongs: `{file}` becomes a plain file in the case's folder.
     ("AGENVOY_DATA_DIR", "{file}"),
     ("AGENVOY_HOME", "{file}"),
+    ("AGENVOY_HISTORY_DAYS", "-1"),
+    ("AGENVOY_HISTORY_DAYS", "ninety"),
+    ("AGENVOY_RESULT_DAYS", "1.5"),
+    ("AGENVOY_METRICS_ALLOW", "10.0.0.0/33"),
+    ("AGENVOY_METRICS_ALLOW", "127.0.0.1/32,localhost"),
 ]
 GOOD = {
     "AGENVOY_POLL_SECONDS": "1.5",
@@ -59,6 +64,9 @@ GOOD = {
     "AGENVOY_HISTORY_MAX_BYTES": "1000",
     "AGENVOY_WEBHOOK_RETRY_SCALE": "0.5",
     "DJANGO_ALLOWED_HOSTS": "console.example,.example.org,[::1]",
+    "AGENVOY_HISTORY_DAYS": "0",
+    "AGENVOY_RESULT_DAYS": "7",
+    "AGENVOY_METRICS_ALLOW": "127.0.0.1/32, 10.0.0.0/8,::1",
 }
 
 
@@ -160,3 +168,23 @@ def test_it_applies_the_sqlite_options_however_the_database_is_named(tmp_path, n
     assert out.stdout.split() == ["wal", "20000", "IMMEDIATE"]
     if named == "DATABASE_URL":
         assert (tmp_path / "elsewhere.sqlite3").exists()
+
+
+@pytest.mark.parametrize("named", ["default", "DATABASE_URL"])
+def test_it_creates_the_sqlite_database_owner_only_however_it_is_named(tmp_path, named):
+    env = _clean_env(tmp_path)
+    path = tmp_path / "data" / "db.sqlite3"
+    if named == "DATABASE_URL":
+        path = tmp_path / "elsewhere.sqlite3"
+        env["DATABASE_URL"] = f"sqlite:///{path}"
+    out = subprocess.run(
+        [PYTHON, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert path.stat().st_size > 0  # the console's database, not an empty placeholder
+    assert path.stat().st_mode & 0o777 == 0o600

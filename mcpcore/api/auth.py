@@ -139,6 +139,9 @@ RIGHTS: dict[tuple[str, str], Right] = {
     ("api-mcp-reconnect", "POST"): admin_only("reconnect servers"),
     ("api-allowlist", "POST"): admin_only("change the allow-list"),
     ("api-rules", "POST"): admin_only("change rules"),
+    ("api-calls-export", "GET"): Right(frozenset({APPROVER, ADMIN}), "export history"),
+    # `GET /metrics` (outside /v1: an allowed address needs no token) checks its own rule,
+    # admin only, 403 `this token may not read metrics` (mcpcore.api.ops).
     # Unknown paths answer 404 to every token (after auth, so they reveal nothing).
     **{("api-not-found", m): ANY for m in _ANY_METHOD},
     **{("api-not-found-any", m): ANY for m in _ANY_METHOD},

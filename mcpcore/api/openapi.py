@@ -77,7 +77,23 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("api-mcp-remove", "POST"): Operation(
         "Remove a server", schemas.ServerRef, errors={404: "server not found", **_FILE}
     ),
-    ("api-mcp-status", "GET"): Operation("Connection status of every server"),
+    ("api-mcp-status", "GET"): Operation(
+        "Connection status of every server, and the history's storage figures",
+        answer=_obj(
+            {
+                "servers": {"type": "array", "items": {"type": "object"}},
+                "storage": _obj(
+                    {
+                        "calls": {"type": "integer"},
+                        "oldest": {"type": ["string", "null"], "format": "date-time"},
+                        "database_bytes": {"type": "integer"},
+                    },
+                    ("calls", "oldest", "database_bytes"),
+                ),
+            },
+            ("servers", "storage"),
+        ),
+    ),
     ("api-mcp-reconnect", "POST"): Operation(
         "Reconnect one server or all", schemas.ReconnectBody, errors={404: "server not found"}
     ),
@@ -122,6 +138,11 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
             413: "request body too large",
             429: "too many pending confirmations for this token (AGENVOY_MAX_PENDING)",
         },
+    ),
+    ("api-calls-export", "GET"): Operation(
+        "The call history, streamed oldest first, one call per line (JSON Lines, or CSV)",
+        query=schemas.ExportQuery,
+        answer={"type": "string"},
     ),
     ("api-confirm", "POST"): Operation(
         "Reply to a pending confirmation",

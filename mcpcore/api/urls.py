@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from . import openapi, views
+from . import openapi, ops, views
 
 urlpatterns = [
     path("openapi.json", openapi.openapi_json, name="openapi"),
@@ -20,6 +20,7 @@ urlpatterns = [
     path("allowlist", views.allowlist_view, name="api-allowlist"),
     path("rules", views.rules_view, name="api-rules"),
     path("hooks/claude-code", views.claude_code_hook, name="api-hooks-claude-code"),
+    path("calls/export", ops.calls_export, name="api-calls-export"),
     path("<path:rest>", views.not_found, name="api-not-found"),
     # What <path:> can't match ("" and paths with newlines) also answers JSON, after auth.
     re_path(r"^[\s\S]*\Z", views.not_found, name="api-not-found-any"),

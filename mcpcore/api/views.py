@@ -89,8 +89,13 @@ def not_found(request: ApiRequest, rest: str = "") -> JsonResponse:
 def mcp_status(request: ApiRequest) -> JsonResponse:
     from django.db.models import Count
 
+    from .. import retention
+    from ..models import iso
+
     rows = Server.objects.annotate(n=Count("tools")).order_by("name")
-    return JsonResponse({"servers": [s.to_status(s.n) for s in rows]})
+    storage = retention.storage()
+    storage["oldest"] = iso(storage["oldest"])
+    return JsonResponse({"servers": [s.to_status(s.n) for s in rows], "storage": storage})
 
 
 @api_view(("GET",))

@@ -123,6 +123,10 @@ class McpEndpoint:
         except Exception:
             log.exception("MCP session manager did not stop cleanly")
 
+    def open_sessions(self) -> int:
+        """MCP sessions (2025 protocol) open in this process, for `agenvoy_mcp_sessions`."""
+        return len(self.manager._server_instances)
+
     # --- requests ------------------------------------------------------------------------------
 
     async def __call__(self, scope, receive, send) -> None:

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import calls, control, db, files, notify
+from .. import calls, control, db, files, notify, retention
 from ..models import Server, Worker
 from . import runner
 from .session import ServerSession
@@ -70,6 +70,7 @@ class Supervisor:
         await db.run(self._register_worker)
         self._tasks.append(asyncio.ensure_future(self._loop()))
         self._tasks.append(asyncio.ensure_future(notify.run()))  # webhooks and ntfy (SPEC 15)
+        self._tasks.append(asyncio.ensure_future(retention.run()))  # old calls and results (SPEC 18.1)
 
     def _register_worker(self) -> None:
         Worker.objects.update_or_create(

@@ -1,0 +1,201 @@
+"""Running the console for months (SPEC 18): `GET /v1/calls/export` and `GET /metrics`."""
+
+import csv
+import io
+import ipaddress
+import json
+
+from django.conf import settings
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+
+from .. import db, metrics
+from ..choices import CALL_ENDED, TokenRole
+from ..models import ToolCall, iso
+from ..schemas import ExportQuery, InputError
+from .auth import ApiError, api_view, authenticate, error
+
+# --- export (SPEC 18.2) ------------------------------------------------------------------------
+
+CHUNK = 500  # calls read per trip to the database: what the export holds in memory at once
+CSV_COLUMNS = (
+    "call_id", "created_at", "server", "tool", "status", "decision", "decided_by", "token",
+    "session_id", "duration_ms", "arguments",
+)  # fmt: skip
+FORMATS = {"jsonl": "application/jsonl; charset=utf-8", "csv": "text/csv; charset=utf-8"}
+
+
+def export_filters(params) -> tuple[Q, str, bool]:
+    """The query string of an export (`schemas.ExportQuery`) as (filter, format, with results);
+    a bad value raises 400 `invalid <parameter>: <value>`."""
+    try:
+        query = ExportQuery.check({name: params.get(name) for name in params})
+    except InputError as exc:
+        raise ApiError(exc.message) from None
+    where = Q()
+    if query.since is not None:
+        where &= Q(created_at__gte=query.since)
+    if query.until is not None:
+        where &= Q(created_at__lt=query.until)
+    if query.server:
+        where &= Q(server_name=query.server)
+    if query.tool:
+        where &= Q(tool_name=query.tool)
+    if query.status:
+        where &= Q(status=query.status)
+    return where, query.format or "jsonl", query.results == "1"
+
+
+# What a line needs, read as plain values: building model objects cost most of an export.
+_COLUMNS = (
+    "id", "session_id", "status", "is_error", "confirm_id", "tool_name", "arguments", "mode",
+    "decision", "decided_by", "reason", "created_at", "decided_at", "started_at", "ended_at",
+    "expires_at", "truncated", "rule", "via", "server_name", "token__name",
+)  # fmt: skip
+_ENDED = CALL_ENDED
+
+
+def export_chunk(where: Q, after: tuple | None, fmt: str, results: bool, limit: int = CHUNK) -> tuple:
+    """The next `limit` calls matching `where`, oldest first, after the keyset position
+    `after` ((created_at, id)), as export text: (bytes, the last call's position, or None
+    when this was the last chunk). Sync."""
+    rows = ToolCall.objects.filter(where)
+    if after is not None:
+        when, cid = after
+        # One index range, not an OR of two (which sorts the whole rest of the table).
+        rows = rows.filter(created_at__gte=when).filter(Q(created_at__gt=when) | Q(id__gt=cid))
+    columns = (*_COLUMNS, "result") if results else _COLUMNS
+    chunk = list(rows.order_by("created_at", "id").values_list(*columns, named=True)[:limit])
+    if fmt == "csv":
+        text = _csv_text([csv_row(c, results) for c in chunk])
+    else:
+        text = "".join(jsonl_line(c, results) for c in chunk)
+    last = (chunk[-1].created_at, chunk[-1].id) if len(chunk) == limit else None
+    return text.encode(), last
+
+
+def _duration(c) -> float | None:
+    if c.started_at and c.ended_at:
+        return (c.ended_at - c.started_at).total_seconds()
+    return None
+
+
+def line_body(c, results: bool) -> dict:
+    """`ToolCall.to_dict()` of one row of `_COLUMNS` (tests hold the two equal), `result`
+    only when asked."""
+    body = {"call_id": str(c.id), "session_id": c.session_id, "status": c.status}
+    if c.status in _ENDED:
+        if results:
+            body["result"] = c.result
+        body["is_error"] = c.is_error
+        if c.status == "aborted":
+            body["abort"] = True
+    confirm_id = str(c.confirm_id) if c.confirm_id else None
+    body.update(
+        {
+            "confirm_id": confirm_id,
+            "tool": c.tool_name,
+            "arguments": c.arguments,
+            "mode": c.mode,
+            "decision": c.decision,
+            "decided_by": c.decided_by,
+            "reason": c.reason,
+            "created_at": iso(c.created_at),
+            "decided_at": iso(c.decided_at),
+            "started_at": iso(c.started_at),
+            "ended_at": iso(c.ended_at),
+            "expires_at": iso(c.expires_at),
+            "duration": _duration(c),
+            "truncated": c.truncated,
+            "rule": c.rule,
+            "via": c.via,
+        }
+    )
+    return body
+
+
+def jsonl_line(c, results: bool) -> str:
+    return json.dumps(line_body(c, results), ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def csv_row(c, results: bool) -> list:
+    duration = _duration(c)
+    row = [
+        str(c.id),
+        iso(c.created_at),
+        c.server_name,
+        c.tool_name,
+        c.status,
+        c.decision,
+        c.decided_by,
+        c.token__name or "",
+        c.session_id,
+        "" if duration is None else round(duration * 1000, 3),
+        json.dumps(c.arguments, ensure_ascii=False, separators=(",", ":")),
+    ]
+    if results:
+        row.append(c.result if c.status in _ENDED else "")
+    return row
+
+
+def _csv_text(rows: list[list]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\r\n").writerows(rows)
+    return out.getvalue()
+
+
+async def _stream(where: Q, fmt: str, results: bool):
+    """The export, chunk by chunk: one database trip per CHUNK calls, nothing kept."""
+    if fmt == "csv":
+        yield _csv_text([[*CSV_COLUMNS, *(["result"] if results else [])]]).encode()
+    after = None
+    while True:
+        text, after = await db.run(export_chunk, where, after, fmt, results)
+        if text:
+            yield text
+        if after is None:
+            return
+
+
+@api_view(("GET",))
+async def calls_export(request: HttpRequest) -> StreamingHttpResponse:
+    where, fmt, results = export_filters(request.GET)
+    response = StreamingHttpResponse(_stream(where, fmt, results), content_type=FORMATS[fmt])
+    response["Content-Disposition"] = f'attachment; filename="agenvoy-calls.{fmt}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+# --- metrics (SPEC 18.3) -----------------------------------------------------------------------
+
+
+def address_allowed(address: str | None, networks=None) -> bool:
+    """Whether a client address lies inside AGENVOY_METRICS_ALLOW."""
+    networks = settings.AGENVOY_METRICS_ALLOW if networks is None else networks
+    if not address or not networks:
+        return False
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if getattr(ip, "ipv4_mapped", None) is not None:
+        ip = ip.ipv4_mapped
+    return any(ip.version == n.version and ip in n for n in networks)
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """`GET /metrics`: for an admin token, or any client inside AGENVOY_METRICS_ALLOW; else
+    401/403 as `/v1` answers them."""
+    if request.method not in ("GET", "HEAD"):
+        response = error("method not allowed", 405)
+        response["Allow"] = "GET, HEAD"
+        return response
+    if not address_allowed(request.META.get("REMOTE_ADDR")):
+        token = authenticate(request.headers.get("Authorization", ""))
+        if token is None:
+            return error("authentication required", 401)
+        if token.role != TokenRole.ADMIN:
+            return error("this token may not read metrics", 403)
+    response = HttpResponse(metrics.render(), content_type=metrics.CONTENT_TYPE)
+    response["Cache-Control"] = "no-store"
+    return response
