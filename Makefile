@@ -1,4 +1,5 @@
-# The two commands: `make run` and `make test`. Everything they need is installed from here.
+# The two commands: `make run` and `make test` (and `make lint`, which CI runs first). Everything
+# they need is installed from here.
 VENV := .venv
 PY := $(VENV)/bin/python
 SERVERS_VENV := .venv-servers
@@ -41,9 +42,11 @@ $(EVERYTHING): servers/package.json servers/package-lock.json
 	cd servers && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# The type check (mypy.ini) loads the settings: a throwaway key and data folder, never the console's.
 lint: setup
 	$(PY) -m ruff check mcpcore agenvoy_site tests bench
 	$(PY) -m ruff format --check mcpcore agenvoy_site tests bench
+	DJANGO_SECRET_KEY=lint AGENVOY_DATA_DIR=.mypy_cache/data $(PY) -m mypy mcpcore agenvoy_site
 
 clean:
 	rm -rf $(VENV) $(SERVERS_VENV) servers/node_modules

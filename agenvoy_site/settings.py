@@ -8,6 +8,7 @@ import logging
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -268,8 +269,9 @@ SQLITE_OPTIONS = {
 }
 
 
-def _database() -> dict:
+def _database() -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL", "").strip()
+    config: dict[str, Any]
     if not url:
         config = {
             "ENGINE": "django.db.backends.sqlite3",
@@ -280,7 +282,7 @@ def _database() -> dict:
         import dj_database_url
 
         try:
-            config = dj_database_url.parse(url, conn_max_age=0)
+            config = dict(dj_database_url.parse(url, conn_max_age=0))
         except Exception as exc:
             raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
         if not config.get("NAME"):

@@ -367,13 +367,14 @@ async def wait(
             now = loop.time()
             if now >= deadline:
                 return call
-            beating = on_heartbeat is not None and call.status == CallStatus.PENDING
-            if beating and now >= next_beat:
-                await on_heartbeat()
+            heartbeat = on_heartbeat if call.status == CallStatus.PENDING else None
+            if heartbeat is not None and now >= next_beat:
+                await heartbeat()
                 next_beat = now + HEARTBEAT
-            timeout = min(deadline - now, 1.0, max(0.0, next_beat - now) if beating else 1.0)
+            timeout = min(deadline - now, 1.0, max(0.0, next_beat - now) if heartbeat is not None else 1.0)
             event = await _next(layer, channel, task, timeout)
             if event == "task":
+                assert task is not None  # _next answers "task" only for the task it was given
                 ended = None if task.cancelled() or task.exception() else task.result()
                 task = None
                 if ended is not None and ended.ended:
@@ -686,9 +687,11 @@ def create_permission_prompt(
     decision = ""
     if rule is not None:
         call.rule = rule[1]
-        decision = {RuleDecision.ALLOW: CallDecision.RULE, RuleDecision.DENY: RuleDecision.DENY}.get(
-            rule[0], ""
-        )
+        by_rule: dict[str, str] = {
+            RuleDecision.ALLOW: CallDecision.RULE,
+            RuleDecision.DENY: RuleDecision.DENY,
+        }
+        decision = by_rule.get(rule[0], "")
     if rule is None or rule[0] == RuleDecision.ALLOW:
         decision = decision or _prompt_grant(token, tool_name)
         if not decision and session_allowed(token, session_id):
@@ -700,7 +703,7 @@ def create_permission_prompt(
             now,
             now,
         )
-        call.decided_by, call.result = "rule", gate.denied_text(rule[1])
+        call.decided_by, call.result = "rule", gate.denied_text(call.rule)  # the rule's text, above
     elif decision:
         call.status, call.decision, call.decided_at, call.ended_at = CallStatus.DONE, decision, now, now
         call.decided_by = AUTOMATIC[decision]

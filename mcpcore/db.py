@@ -65,8 +65,8 @@ def sql(statement: str, params: Sequence = ()) -> tuple[int, tuple | None]:
     changed and its first row (None when it returns none)."""
     here = _here.get()
     if here is not None:
-        cursor = here.execute(_qmark(statement), params)
-        return cursor.rowcount, cursor.fetchone()
+        rows = here.execute(_qmark(statement), params)
+        return rows.rowcount, rows.fetchone()
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.rowcount, cursor.fetchone() if cursor.description else None
@@ -223,6 +223,7 @@ class _LoopSQLite:
             self._elsewhere(batch)
             return
         conn = self._conn
+        assert conn is not None  # submit() bound a connection before it scheduled this flush
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error:  # another connection is writing: wait for it elsewhere
@@ -289,8 +290,8 @@ def _relay(future: asyncio.Future, done: asyncio.Future) -> None:
         return
     if done.cancelled():
         future.cancel()
-    elif done.exception() is not None:
-        future.set_exception(done.exception())
+    elif (exc := done.exception()) is not None:
+        future.set_exception(exc)
     else:
         future.set_result(done.result())
 

@@ -168,8 +168,9 @@ def read_mcp_json() -> dict:
     return parse_mcp_json(text)
 
 
-def update_servers(mutate: Callable[[dict], object]) -> object:
+def update_servers[T](mutate: Callable[[dict], T]) -> T:
     """Locked read-modify-write of `mcp.json`'s `servers`; other top-level keys are kept.
+    Returns what `mutate` returned.
 
     An unparsable file raises ConfigFileError and is never overwritten.
     """
@@ -226,7 +227,7 @@ def import_servers(servers: dict[str, dict]) -> int:
         current.update(servers)
         return len(servers)
 
-    return update_servers(mutate)  # type: ignore[return-value]
+    return update_servers(mutate)
 
 
 # --- allow_tool ---------------------------------------------------------------------------

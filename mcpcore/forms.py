@@ -3,6 +3,7 @@ the "try it" arguments built from a tool's input schema. A server's name and con
 by the API's own contract (`mcpcore.schemas`), so the UI and `/v1` accept exactly the same servers."""
 
 import json
+from typing import Any
 
 from django import forms
 
@@ -85,8 +86,9 @@ class ServerForm(forms.Form):
     def clean_headers(self) -> dict[str, str]:
         return parse_pairs(self.cleaned_data["headers"], ":", "Name: value")
 
-    def clean(self) -> dict:
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         transport = data.get("transport")
         if transport == Transport.STDIO and not (data.get("command") or "").strip():
             self.add_error("command", "A stdio server needs a command.")
@@ -124,9 +126,10 @@ class ServerForm(forms.Form):
     @staticmethod
     def initial_from(name: str, config: dict) -> dict:
         """Initial values for editing: secret values never leave the server."""
-        env = config.get("env") if isinstance(config.get("env"), dict) else {}
-        headers = config.get("headers") if isinstance(config.get("headers"), dict) else {}
-        args = config.get("args") if isinstance(config.get("args"), list) else []
+        env, headers, args = config.get("env"), config.get("headers"), config.get("args")
+        env = env if isinstance(env, dict) else {}
+        headers = headers if isinstance(headers, dict) else {}
+        args = args if isinstance(args, list) else []
         from .models import transport_of
 
         return {
@@ -152,8 +155,9 @@ class ImportForm(forms.Form):
 
     MAX_BYTES = 1_048_576
 
-    def clean(self) -> dict:
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         upload = data.get("file")
         if upload is not None:
             if upload.size > self.MAX_BYTES:
@@ -194,7 +198,7 @@ class TokenForm(forms.Form):
 
 
 # A page's reply buttons, named after the decision each records, as the body `calls.reply` takes.
-REPLIES = {
+REPLIES: dict[str, dict[str, object]] = {
     CallDecision.APPROVE: {"approve": True},
     CallDecision.REMEMBER: {"approve": True, "remember": True},
     CallDecision.SESSION: {"approve": True, "allow_turn": True},

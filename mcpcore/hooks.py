@@ -54,7 +54,7 @@ def _permission_request(call: "ToolCall", timed_out: bool) -> dict:
     if timed_out:
         return {}
     if call.status == CallStatus.DONE:
-        decision = {"behavior": "allow"}
+        decision: dict[str, object] = {"behavior": "allow"}
     elif call.status == "aborted":
         decision = {"behavior": "deny", "message": ABORTED, "interrupt": True}
     else:

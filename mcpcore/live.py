@@ -35,9 +35,8 @@ def ago(when) -> str:
     return when.strftime("%Y-%m-%d")
 
 
-def _with_ago(server: Server | None) -> Server | None:
-    if server is not None:
-        server.refreshed_ago = ago(server.last_refresh)
+def _with_ago(server: Server) -> Server:
+    server.refreshed_ago = ago(server.last_refresh)
     return server
 
 
@@ -47,7 +46,8 @@ def server_rows() -> list[Server]:
 
 
 def server_with_count(name: str) -> Server | None:
-    return _with_ago(Server.objects.annotate(n_tools=Count("tools")).filter(name=name).first())
+    server = Server.objects.annotate(n_tools=Count("tools")).filter(name=name).first()
+    return _with_ago(server) if server is not None else None
 
 
 def pending_calls() -> list[ToolCall]:
@@ -130,7 +130,7 @@ def _render_status(page: str, query: dict, server_name: str) -> str:
 def _render_pending(page: str) -> str:
     if page == "pending":
         context = pending_context(pending_calls())
-        html = render_to_string("mcpcore/pending_list.html#pending-list", {**context, "oob": True})
+        html: str = render_to_string("mcpcore/pending_list.html#pending-list", {**context, "oob": True})
         # Allowances come and go with replies and revoked tokens: the same push keeps them current.
         html += render_to_string(
             "mcpcore/pending_list.html#allowances", {"allowances": allowances(), "oob": True}

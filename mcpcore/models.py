@@ -7,6 +7,7 @@ import hashlib
 import secrets
 import time
 import uuid
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.db import models
@@ -69,6 +70,8 @@ class Server(models.Model):
     owner = models.CharField(max_length=64, blank=True, default="")
     lease_expires = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Not a column: set on the rows of the server pages for display (live.server_rows).
+    refreshed_ago: str
 
     class Meta:
         ordering = ["name"]
@@ -142,7 +145,7 @@ class SecretsMustBeReentered(ValueError):
 
 def _where(config: dict | None) -> tuple[str, str]:
     config = config or {}
-    return tuple(str(config.get(key) or "").strip() for key in ("command", "url"))
+    return str(config.get("command") or "").strip(), str(config.get("url") or "").strip()
 
 
 def unmask_config(new: dict, old: dict | None) -> dict:
@@ -233,6 +236,10 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Not columns: set on the rows of the tokens page for display (views._token_rows), the
+    # grants in force by its Prefetch(to_attr="grants").
+    used_ago: str
+    grants: list["PermissionGrant"]
 
     class Meta:
         ordering = ["-created_at"]
@@ -373,7 +380,7 @@ class ToolCall(models.Model):
 
     def to_answer(self) -> dict:
         """The body `POST /v1/mcp/call` answers with."""
-        body = {
+        body: dict[str, Any] = {
             "call_id": str(self.id),
             "session_id": self.session_id,
             "status": self.status,
@@ -480,6 +487,8 @@ class PermissionGrant(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)  # None: until revoked
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Not a column: how long it has left, set for the tokens page (views._token_rows).
+    left_text: str
 
     class Meta:
         ordering = ["tool_name"]
@@ -541,6 +550,8 @@ class NotificationTarget(models.Model):
     secret = models.CharField(max_length=200, blank=True, default="")
     created_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
+    # Not a column: its latest deliveries, set for the Notifications page (views._targets).
+    recent: list["Delivery"]
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -587,9 +598,11 @@ class Delivery(models.Model):
     @property
     def badge(self) -> str:
         """The status badge it shares with calls: sent looks done, failed looks like an error."""
-        return {DeliveryStatus.SENT: CallStatus.DONE, DeliveryStatus.FAILED: CallStatus.ERROR}.get(
-            self.status, CallStatus.PENDING
-        )
+        badges: dict[str, str] = {
+            DeliveryStatus.SENT: CallStatus.DONE,
+            DeliveryStatus.FAILED: CallStatus.ERROR,
+        }
+        return badges.get(self.status, CallStatus.PENDING)
 
 
 # --- cache generation (issue 11) ----------------------------------------------------------------

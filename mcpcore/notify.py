@@ -274,21 +274,21 @@ def claim_due(limit: int) -> list[Delivery]:
 def record(delivery: Delivery, code: int | None, error: str) -> str:
     """Write an attempt's outcome (only if the row is still ours); returns the new status."""
     now = timezone.now()
-    fields = {"last_status_code": code, "last_error": error[:1000], "last_attempt_at": now}
+    fields: dict[str, object] = {"last_status_code": code, "last_error": error[:1000], "last_attempt_at": now}
     if code is not None and 200 <= code < 300:
-        fields.update(status=DeliveryStatus.SENT, last_error="")
+        status = DeliveryStatus.SENT
+        fields["last_error"] = ""
     else:
         delay = retry_delay(delivery.attempts, settings.AGENVOY_WEBHOOK_RETRY_SCALE)
         if delay is None:
-            fields["status"] = DeliveryStatus.FAILED
+            status = DeliveryStatus.FAILED
         else:
-            fields.update(
-                status=DeliveryStatus.PENDING, next_attempt_at=now + datetime.timedelta(seconds=delay)
-            )
+            status = DeliveryStatus.PENDING
+            fields["next_attempt_at"] = now + datetime.timedelta(seconds=delay)
     Delivery.objects.filter(id=delivery.id, attempts=delivery.attempts, status=DeliveryStatus.PENDING).update(
-        **fields
+        status=status, **fields
     )
-    return fields["status"]
+    return status
 
 
 async def attempt(http: httpx2.AsyncClient, delivery: Delivery) -> tuple[int | None, str]:

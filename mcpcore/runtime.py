@@ -15,7 +15,7 @@ process reaches it, as a `calls.LocalSupervisor`, and nothing else in the web si
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from channels.auth import AuthMiddlewareStack
@@ -30,7 +30,15 @@ from .supervisor import Supervisor, host
 
 log = logging.getLogger("mcpcore.runtime")
 
-ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[Any]]
+# An ASGI application as Django's own handler is typed: it receives and sends any mapping.
+ASGIApp = Callable[
+    [
+        dict[str, Any],
+        Callable[[], Awaitable[Mapping[str, Any]]],
+        Callable[[Mapping[str, Any]], Awaitable[None]],
+    ],
+    Awaitable[Any],
+]
 
 
 class Runtime:

@@ -13,6 +13,7 @@ import hashlib
 import html
 import json
 import uuid
+from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import quote
 
 from asgiref.sync import async_to_sync
@@ -59,6 +60,9 @@ from .models import (
     transport_of,
 )
 from .schemas import InputError, RulesEdit
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
 PAGE_SIZE = 50
 RESULT_HEAD = 8000  # characters of a result the history list loads (enough for small images)
@@ -184,7 +188,7 @@ def _data_url(value: object, kind: str) -> bool:
 @require_safe
 @htmx_page
 def servers(request: HtmxRequest) -> HttpResponse:
-    context = {"servers": live.server_rows()}
+    context: dict[str, Any] = {"servers": live.server_rows()}
     if request.htmx:
         return render(request, "mcpcore/server_list.html#server-rows", context)
     context.update(
@@ -551,13 +555,14 @@ def tool_try(request: HtmxRequest, name: str) -> HttpResponse:
         error = exc.message
     if call is not None:
         call = async_to_sync(_submit_and_wait)(call, local)
+    # No call: `error` says why.
     if request.htmx:
-        if error:
+        if call is None:
             return _fragment(
                 request, "mcpcore/server_detail.html#try-error", {"error": error, "slot": tool.position}
             )
         return _fragment(request, "mcpcore/call_detail.html#call-result", _result_context(call), badge=True)
-    if error:
+    if call is None:
         messages.error(request, f"{tool.tool_name}: {error}")
         return redirect("server-detail", server.name)
     return redirect("call-detail", call.id)
@@ -623,14 +628,14 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
 
 
 def _reply_message(call: ToolCall) -> str:
-    said = {
+    replies: dict[str, str] = {
         CallDecision.APPROVE: "Approved",
         CallDecision.REMEMBER: "Approved and remembered",
         CallDecision.SESSION: f"Approved for session {call.session_id}",
         CallDecision.GRANT: "Approved for 1 hour",
         CallDecision.DENY: "Denied",
-    }.get(call.decision, call.decision)
-    return f"{said}: {call.tool_name}."
+    }
+    return f"{replies.get(call.decision, call.decision)}: {call.tool_name}."
 
 
 @login_required
@@ -755,7 +760,11 @@ def _tool_names(limit: int) -> list[str] | None:
     return names if len(names) <= limit else None
 
 
-def _history_row(call: ToolCall) -> dict:
+class _ResultHead(TypedDict):
+    result_head: str | None  # the history query's annotation: the first RESULT_HEAD characters
+
+
+def _history_row(call: "WithAnnotations[ToolCall, _ResultHead]") -> dict:
     head = call.result_head or ""
     complete = len(head) < RESULT_HEAD
     return {
@@ -1044,7 +1053,7 @@ def _ending(call: ToolCall) -> str:
     when = call.decided_at or call.ended_at
     at = f" at {when.astimezone(datetime.UTC):%Y-%m-%d %H:%M:%S} UTC" if when else ""
     who = call.decided_by or "someone"
-    said = {
+    endings: dict[str, str] = {
         CallDecision.APPROVE: f"Approved by {who}{at}.",
         CallDecision.REMEMBER: f"Approved and remembered by {who}{at}.",
         CallDecision.SESSION: f"Approved for session {call.session_id} by {who}{at}.",
@@ -1052,7 +1061,8 @@ def _ending(call: ToolCall) -> str:
         CallDecision.DENY: f"Denied by {who}{at}." + (f" Reason: {call.reason}" if call.reason else ""),
         CallDecision.ABORT: f"Stopped by {who}{at}: the agent was told to stop.",
         CallDecision.EXPIRED: f"Expired{at}: nobody answered in time.",
-    }.get(call.decision)
+    }
+    said = endings.get(call.decision)
     if said is None:
         ended = f" at {call.ended_at.astimezone(datetime.UTC):%Y-%m-%d %H:%M:%S} UTC" if call.ended_at else ""
         said = (
@@ -1194,7 +1204,7 @@ def _plain(text: str, status: int) -> HttpResponse:
     """A text/plain answer for a one-tap link. Marked as logged, so Django's request logger never
     writes the path (which holds the action token) for a 4xx."""
     response = HttpResponse(text, status=status, content_type="text/plain; charset=utf-8")
-    response._has_been_logged = True
+    response._has_been_logged = True  # type: ignore[attr-defined]  # Django's own flag, not in its stubs
     return _private(response)
 
 
@@ -1233,7 +1243,7 @@ def one_tap(request: HttpRequest, token: str) -> HttpResponse:
     if request.method != "POST":
         context = {"call": call, "approve": approve, "args": pretty(call.arguments), "target": target}
         response = render(request, "mcpcore/one_tap.html", context)
-        response._has_been_logged = True
+        response._has_been_logged = True  # type: ignore[attr-defined]  # as in _plain
         return _private(response)
     who = f"{target.name} (one-tap)"
     try:

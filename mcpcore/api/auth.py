@@ -47,7 +47,7 @@ def _token_of(request: HttpRequest) -> ApiToken | None:
     return authenticate(request.headers.get("Authorization", ""))
 
 
-def authenticate(authorization_header_value: str) -> ApiToken | None:
+def authenticate(authorization_header_value: str | None) -> ApiToken | None:
     """The live (not revoked) token named by an `Authorization: Bearer <token>` value, or None.
 
     Sync (it reads the database): call it from async code through `mcpcore.db` (`read`, or
@@ -181,7 +181,8 @@ def _check_call(token: ApiToken, right: Right, call_id: str) -> None:
 
 def _check_right(request: ApiRequest, kwargs: dict) -> None:
     match = getattr(request, "resolver_match", None)
-    right = RIGHTS.get((match.url_name if match else None, request.method))
+    url_name = match.url_name if match else None
+    right = RIGHTS.get((url_name, request.method)) if url_name and request.method else None
     token = request.api_token
     if right is None:
         log.error("no rule in RIGHTS for %s %s", request.method, match.url_name if match else request.path)
@@ -236,7 +237,7 @@ _REFUSALS: dict[str, dict[int, str]] = {
 def describe(right: Right) -> tuple[dict[str, str], dict[int, str]]:
     """What each role may do with a route under `right`, and the refusals (status: answer) it
     gives: the OpenAPI description's `x-agenvoy-roles`, read off the rights table."""
-    roles = {}
+    roles: dict[str, str] = {}
     for role in ROLES:
         if role not in right.roles:
             roles[role] = f"no (403 `this token may not {right.denied}`)"
@@ -280,7 +281,9 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
                 return error(exc.message, exc.status)
             return None
 
-        def precheck_and_prepare(request: ApiRequest, kwargs: dict) -> JsonResponse | None:
+        def precheck_and_prepare(
+            request: ApiRequest, kwargs: dict, prepare: Callable[[ApiRequest], Any]
+        ) -> JsonResponse | None:
             denied = precheck(request, kwargs)
             if denied is None:
                 try:
@@ -296,7 +299,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
                 if prepare is None:
                     denied = await db.read(precheck, request, kwargs)
                 else:
-                    denied = await db.write(precheck_and_prepare, request, kwargs)
+                    denied = await db.write(precheck_and_prepare, request, kwargs, prepare)
                 if denied is not None:
                     return denied
                 try:
@@ -327,7 +330,9 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
                 # requests run side by side, each thread keeping its database connection.
                 return await db.run_view(run_sync, request, *args, **kwargs)
 
-        handler.api_methods = methods
+        # A function attribute, read back with getattr (api.openapi, the role walk); setattr,
+        # as mypy knows no attributes on functions.
+        setattr(handler, "api_methods", methods)  # noqa: B010
         return csrf_exempt(handler)
 
     return wrap

@@ -6,11 +6,15 @@ by each view's decorator), and every sync middleware costs an async-to-thread ho
 
 import asyncio
 from contextlib import closing
+from typing import TYPE_CHECKING, cast
 
 from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.urls import set_script_prefix
+
+if TYPE_CHECKING:
+    from .auth import ApiRequest
 
 
 class ApiHandler(ASGIHandler):
@@ -49,13 +53,16 @@ class ApiHandler(ASGIHandler):
                 await self.send_response(error_response, send)
                 return
             # Long polls (`wait=`) watch this future and stop when the client has gone away.
-            request.client_gone = asyncio.get_running_loop().create_future()
-            listener = asyncio.ensure_future(_watch_disconnect(receive, request.client_gone))
+            # This request becomes the ApiRequest its view gets: `client_gone` is attached
+            # here, the token and the rest by `api_view` (a typing view of the same object).
+            api_request = cast("ApiRequest", request)
+            api_request.client_gone = asyncio.get_running_loop().create_future()
+            listener = asyncio.ensure_future(_watch_disconnect(receive, api_request.client_gone))
             try:
                 response = await self.run_get_response(request)
             finally:
                 listener.cancel()
-            if not request.client_gone.done():
+            if not api_request.client_gone.done():
                 await self.send_response(response, send)
 
     async def send_response(self, response, send):

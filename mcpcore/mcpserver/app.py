@@ -75,7 +75,8 @@ class McpEndpoint:
         self.server = ConsoleServer(
             NAME,
             on_list_tools=handlers.on_list_tools,
-            on_call_tool=handlers.on_call_tool,
+            # A plain dict result: the SDK's runner takes one (runner._dump_result), its type not.
+            on_call_tool=handlers.on_call_tool,  # type: ignore[arg-type]
             on_subscriptions_listen=self.changes.on_listen,
             # The schema is ours to check, not the SDK's: without this the 2026 path would
             # run a whole tools/list before each call to validate Mcp-Param headers.
@@ -92,30 +93,30 @@ class McpEndpoint:
     async def _running(self) -> None:
         if self._ready is None:
             loop = asyncio.get_running_loop()
-            self._ready = loop.create_future()
-            self._stop = asyncio.Event()
+            self._ready = ready = loop.create_future()
+            self._stop = stop = asyncio.Event()
             # A fresh context: the sessions' tasks must not inherit the first request's.
-            self._task = loop.create_task(self._run(), context=contextvars.Context())
+            self._task = loop.create_task(self._run(ready, stop), context=contextvars.Context())
         await asyncio.shield(self._ready)
 
-    async def _run(self) -> None:
+    async def _run(self, ready: asyncio.Future, stop: asyncio.Event) -> None:
         try:
             async with self.manager.run():
                 watcher = asyncio.ensure_future(self.changes.watch())
-                self._ready.set_result(None)
+                ready.set_result(None)
                 try:
-                    await self._stop.wait()
+                    await stop.wait()
                 finally:
                     watcher.cancel()
                     self.changes.close()
         except BaseException as exc:
-            if not self._ready.done():
-                self._ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError("stopped"))
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError("stopped"))
             raise
 
     async def shutdown(self) -> None:
         """Close every MCP session and stream (held calls are cancelled as abandoned)."""
-        if self._task is None or self._task.done():
+        if self._task is None or self._task.done() or self._stop is None:  # both set together
             return
         self._stop.set()
         try:

@@ -15,6 +15,7 @@ import json
 import logging
 
 from channels.layers import get_channel_layer
+from mcp.server.connection import Connection
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
 from .. import control, db
@@ -30,13 +31,13 @@ class Changes:
     """Who listens per view, and the loop that tells them."""
 
     def __init__(self) -> None:
-        self._legacy: dict[str, dict[int, object]] = {}
+        self._legacy: dict[str, dict[int, Connection]] = {}
         self._listen: dict[str, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
         self._signatures: dict[str, str] = {}
 
     # --- who listens ---------------------------------------------------------------------------
 
-    def track(self, connection, view: str) -> None:
+    def track(self, connection: Connection, view: str) -> None:
         """A 2025 session opened on `view`; forgotten when the session ends."""
         conns = self._legacy.setdefault(view, {})
         conns[id(connection)] = connection

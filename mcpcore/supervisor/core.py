@@ -18,6 +18,7 @@ import re
 import socket
 import uuid
 from pathlib import Path
+from typing import IO
 
 from django.conf import settings
 from django.db.models import Q
@@ -56,7 +57,7 @@ class Supervisor:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._watcher = files.FileWatcher()
-        self._errlogs: dict[str, object] = {}
+        self._errlogs: dict[str, IO[str]] = {}
         self._connects = asyncio.Semaphore(max(4, 2 * (os.cpu_count() or 1)))
 
     # --- life --------------------------------------------------------------------------------
@@ -101,7 +102,7 @@ class Supervisor:
         Worker.objects.filter(name=self.name).delete()
         calls.interrupt_orphans(worker_alive=lambda w: w != self.name)
 
-    def errlog(self, name: str):
+    def errlog(self, name: str) -> IO[str]:
         """Each stdio server's stderr goes to its own log file in the data folder."""
         if name not in self._errlogs:
             folder = files.private_dir(Path(settings.DATA_DIR) / "logs")
@@ -216,8 +217,7 @@ class Supervisor:
             owned = await self._hand_over(owned, len(owned) - share)
         for name in list(self.sessions):
             if name not in owned:
-                session = self.sessions.pop(name)
-                await session.stop()
+                await self.sessions.pop(name).stop()
         for name in owned:
             session = self.sessions.get(name)
             if session is None:

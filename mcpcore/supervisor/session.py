@@ -123,6 +123,8 @@ class ServerSession:
         self.active_calls = 0
         # The expanded secret values of the current config, kept out of stored errors and logs.
         self.secrets: list[str] = []
+        # The `Server.config_hash` the supervisor last (re)started it for.
+        self.config_hash = ""
 
     def describe(self, exc: BaseException) -> str:
         """`describe(exc)` with this server's secret values masked (SPEC 12.3)."""

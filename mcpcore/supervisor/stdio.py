@@ -119,6 +119,8 @@ async def stdio_transport(params: StdioServerParameters, errlog: IO[str]) -> Asy
         cwd=params.cwd,
         start_new_session=True,
     )
+    stdout, stdin = process.stdout, process.stdin
+    assert stdout is not None and stdin is not None  # open_process pipes both by default
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -128,7 +130,7 @@ async def stdio_transport(params: StdioServerParameters, errlog: IO[str]) -> Asy
             with suppress(
                 anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError
             ):
-                async for chunk in process.stdout:
+                async for chunk in stdout:
                     start = 0
                     while (end := chunk.find(b"\n", start)) != -1:
                         line.add(chunk[start:end])
@@ -144,7 +146,7 @@ async def stdio_transport(params: StdioServerParameters, errlog: IO[str]) -> Asy
             async with write_recv:
                 async for item in write_recv:
                     data = item.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send(data.encode("utf-8") + b"\n")
+                    await stdin.send(data.encode("utf-8") + b"\n")
         # The server can't be written to any more: let the session see the end.
         await read_send.aclose()
 

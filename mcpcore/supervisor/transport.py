@@ -4,8 +4,10 @@ files, and `redact` keeps them out of the errors the console stores and logs."""
 
 import os
 import re
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx2
 from mcp.client.sse import sse_client
@@ -29,7 +31,7 @@ def protected(name: str) -> bool:
     return name.startswith(_PROTECTED_PREFIXES) or name in _PROTECTED
 
 
-def expand(value: str, environ: dict[str, str] | None = None) -> str:
+def expand(value: str, environ: Mapping[str, str] | None = None) -> str:
     """`$VAR` and `${VAR}` from the environment; unknown variables become empty, and the
     console's own settings are left as written."""
     env = os.environ if environ is None else environ
@@ -45,7 +47,7 @@ REDACTED = "********"
 _MIN_SECRET = 4  # shorter values would blank out ordinary words of a message
 
 
-def secret_values(config: dict, environ: dict[str, str] | None = None) -> list[str]:
+def secret_values(config: dict, environ: Mapping[str, str] | None = None) -> list[str]:
     """What a server's connection carries that must not be shown: every expanded env and
     headers value (SPEC 2.1: all secrets) and every value `$VAR` put into its args. Longest
     first, so a secret that contains another is replaced whole."""
@@ -190,16 +192,17 @@ class _OwnedHttp:
     def __init__(self, url: str, client: "httpx2.AsyncClient") -> None:
         self.url = url
         self.client = client
-        self._cm = None
+        self._cm: AbstractAsyncContextManager[Any] | None = None
 
     async def __aenter__(self):
         # One SSE event (one message) may be as large as a stdio line, and no larger.
-        self._cm = streamable_http_client(
+        self._cm = cm = streamable_http_client(
             self.url, http_client=self.client, max_sse_event_size=stdio.MAX_MESSAGE
         )
-        return await self._cm.__aenter__()
+        return await cm.__aenter__()
 
     async def __aexit__(self, *exc):
+        assert self._cm is not None  # exited only once entered
         try:
             return await self._cm.__aexit__(*exc)
         finally:

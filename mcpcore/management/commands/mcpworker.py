@@ -20,15 +20,16 @@ class Command(BaseCommand):
         from .serve import tune_gil
 
         tune_gil()
-        asyncio.run(self._main(Runtime(Supervisor(exclusive=False, name=name))))
+        supervisor = Supervisor(exclusive=False, name=name)
+        asyncio.run(self._main(Runtime(supervisor), supervisor))
 
-    async def _main(self, runtime: Runtime):
+    async def _main(self, runtime: Runtime, supervisor: Supervisor) -> None:
         await runtime.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        self.stdout.write(f"mcpworker {runtime.supervisor.name} started\n")
+        self.stdout.write(f"mcpworker {supervisor.name} started\n")
         self.stdout.flush()
         await stop.wait()
         # A graceful stop hands every server back at once, so others take them over.

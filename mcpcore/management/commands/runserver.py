@@ -21,7 +21,8 @@ class Command(DaphneRunserver):
         app = self.runtime.application(get_asgi_application())
         # As Daphne's own runserver does with the default application.
         if options.get("use_static_handler", True) and (settings.DEBUG or options.get("insecure_serving")):
-            return ASGIStaticFilesHandler(app)
+            # django-stubs types the wrapped application as an ASGIHandler; any ASGI app works.
+            return ASGIStaticFilesHandler(app)  # type: ignore[arg-type]
         return app
 
     def server_cls(self, **kwargs) -> EmbeddedServer:

@@ -26,7 +26,8 @@ class EmbeddedServer(daphne.server.Server):
 
     def run(self):
         reactor.callWhenRunning(lambda: asyncio.ensure_future(self.runtime.start()))
-        reactor.addSystemEventTrigger("before", "shutdown", self._stop_runtime)
+        # Twisted's zope interface methods have no `self`: mypy shifts the arguments by one.
+        reactor.addSystemEventTrigger("before", "shutdown", self._stop_runtime)  # type: ignore[arg-type]
         super().run()
 
     def _stop_runtime(self):
