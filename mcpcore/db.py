@@ -229,7 +229,9 @@ class _LoopSQLite:
         except sqlite3.Error:  # another connection is writing: wait for it elsewhere
             self._elsewhere(batch)
             return
-        settled, elsewhere, after = [], [], []
+        settled: list = []
+        elsewhere: list = []
+        after: list[Callable[[], Any]] = []
         mark, after_mark = _here.set(conn), _after.set(after)
         try:
             for fn, future in batch:

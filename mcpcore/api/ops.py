@@ -178,7 +178,7 @@ def address_allowed(address: str | None, networks=None) -> bool:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return False
-    if getattr(ip, "ipv4_mapped", None) is not None:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return any(ip.version == n.version and ip in n for n in networks)
 
@@ -187,9 +187,9 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     """`GET /metrics`: for an admin token, or any client inside AGENVOY_METRICS_ALLOW; else
     401/403 as `/v1` answers them."""
     if request.method not in ("GET", "HEAD"):
-        response = error("method not allowed", 405)
-        response["Allow"] = "GET, HEAD"
-        return response
+        refused = error("method not allowed", 405)
+        refused["Allow"] = "GET, HEAD"
+        return refused
     if not address_allowed(request.META.get("REMOTE_ADDR")):
         token = authenticate(request.headers.get("Authorization", ""))
         if token is None:
