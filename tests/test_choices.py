@@ -24,7 +24,7 @@ def test_it_keeps_the_words_of_the_contract():
     assert choices.CallKind.values == ["tool_confirm", "permission_prompt"]
     assert choices.Mode.values == ["confirm", "auto"]
     assert choices.RuleDecision.values == ["deny", "ask", "allow"]
-    assert choices.Via.values == ["rest", "mcp"]
+    assert choices.Via.values == ["rest", "mcp", "hook"]
     assert choices.TokenRole.values == ["agent", "approver", "admin"]
     assert choices.TargetKind.values == ["webhook", "ntfy"]
     assert choices.DeliveryStatus.values == ["pending", "sent", "failed"]
