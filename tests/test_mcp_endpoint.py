@@ -10,18 +10,16 @@ import subprocess
 import threading
 import time
 import uuid
-from contextlib import asynccontextmanager
 
 import anyio
 import httpx2
 import mcp_types
 import pytest
-from mcp import Client, MCPError
-from mcp.client.streamable_http import streamable_http_client
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp import MCPError
 
 from mcpcore import names
 from tests.live import ROOT, db_rows, everything_stdio, our_server, wait_until
+from tests.mcpclients import in_thread, mcp_client, pending_for, wait_pending
 
 pytestmark = pytest.mark.live
 
@@ -41,24 +39,6 @@ def c(module_console):
     module_console.start(console)
     console.wait_connected("every", "echo", "dyn")
     return console
-
-
-@asynccontextmanager
-async def mcp_client(c, path="/mcp", mode="auto", message_handler=None, token=None):
-    headers = {"Authorization": f"Bearer {token or c.token}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
-        transport = streamable_http_client(c.url + path, http_client=http)
-        async with Client(transport, mode=mode, message_handler=message_handler) as client:
-            assert (client.protocol_version in MODERN_PROTOCOL_VERSIONS) == (mode != "legacy")
-            yield client
-
-
-async def in_thread(fn, *args):
-    return await anyio.to_thread.run_sync(fn, *args)
-
-
-def pending_for(c, tool_name: str) -> list[dict]:
-    return [p for p in c.get("/v1/pending").json()["pending"] if p["tool_name"] == tool_name]
 
 
 def reply(c, item: dict, **body):
@@ -82,15 +62,6 @@ def last_mcp_call(c) -> dict:
     finally:
         conn.close()
     return call_row(c, str(uuid.UUID(row[0])))
-
-
-async def wait_pending(c, tool_name: str, timeout: float = 10) -> dict:
-    with anyio.fail_after(timeout):
-        while True:
-            items = await in_thread(pending_for, c, tool_name)
-            if items:
-                return items[0]
-            await anyio.sleep(0.05)
 
 
 # --- auth and endpoints (13.1) ------------------------------------------------------------------

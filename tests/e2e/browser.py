@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.live import ROOT, Console
+from tests.live import ROOT, Console, Consoles
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -38,11 +38,12 @@ def need_chromium() -> None:
 
 
 def console_with_user(
-    base: Path, servers: dict, user: str, password: str, env: dict | None = None
+    made: Consoles, servers: dict | None, user: str, password: str, env: dict | None = None
 ) -> Console:
-    """A console (not started yet) with one person who can sign in."""
+    """A console (not started yet: `made.start(c)`) with one person who can sign in; `made` is
+    tests/conftest.py's `module_console`, which closes it after the module."""
     need_chromium()
-    c = Console(base, servers, env)
+    c = made(servers, env, start=False)
     c.manage(
         "shell",
         "-c",

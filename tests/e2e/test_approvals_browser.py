@@ -14,11 +14,11 @@ import json
 import re
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from tests.e2e.browser import DESKTOP, PHONE, TIMEOUT, console_with_user, launch, shoot_into, sign_in
+from tests.claude_code import PERMISSION_REQUEST, check_shape
+from tests.e2e.browser import PHONE, console_with_user, shoot_into, sign_in
 from tests.live import ROOT, our_server, wait_until
-from tests.test_hooks import PERMISSION_REQUEST, check_shape
 
 pytestmark = pytest.mark.e2e
 
@@ -28,19 +28,16 @@ HOOK = "/v1/hooks/claude-code"
 
 
 @pytest.fixture(scope="module")
-def console(tmp_path_factory):
-    c = console_with_user(
-        tmp_path_factory.mktemp("approvals"), {"echo": our_server("echo.py")}, USER, PASSWORD
-    )
+def console(module_console):
+    c = console_with_user(module_console, {"echo": our_server("echo.py")}, USER, PASSWORD)
     c.env["AGENVOY_PUBLIC_URL"] = c.url  # the settings block and links name this console
     # An ntfy target nobody listens on (its pushes fail and are retried): its links still work.
     c.manage(
         "shell", "-c", "from mcpcore import notify; notify.add_target('ntfy', 'http://127.0.0.1:9/phone')"
     )
-    c.start()
+    module_console.start(c)
     c.wait_connected("echo")
-    yield c
-    c.close()
+    return c
 
 
 @pytest.fixture(scope="module")
@@ -54,18 +51,6 @@ def agent(console):
 def pool():
     with concurrent.futures.ThreadPoolExecutor(2) as ex:
         yield ex
-
-
-@pytest.fixture(scope="module")
-def page(console):
-    with sync_playwright() as pw:
-        browser = launch(pw)
-        context = browser.new_context(viewport=DESKTOP, base_url=console.url)
-        context.set_default_timeout(TIMEOUT)
-        p = context.new_page()
-        yield p
-        context.close()
-        browser.close()
 
 
 def nav(page, name: str):

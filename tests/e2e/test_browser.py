@@ -16,9 +16,9 @@ import threading
 import httpx2
 import psutil
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
-from tests.e2e.browser import DESKTOP, TIMEOUT, console_with_user, launch, nav, shoot, sign_in
+from tests.e2e.browser import TIMEOUT, console_with_user, nav, shoot, sign_in
 from tests.live import EVERYTHING, Console, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -27,23 +27,10 @@ USER, PASSWORD = "operator", "e2e-password-1"
 
 
 @pytest.fixture(scope="module")
-def console(tmp_path_factory):
-    c = console_with_user(tmp_path_factory.mktemp("e2e"), {}, USER, PASSWORD, {"AGENVOY_PING_SECONDS": "1"})
-    c.start()
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def page(console):
-    with sync_playwright() as pw:
-        browser = launch(pw)
-        context = browser.new_context(viewport=DESKTOP, base_url=console.url)
-        context.set_default_timeout(TIMEOUT)
-        p = context.new_page()
-        yield p
-        context.close()
-        browser.close()
+def console(module_console):
+    c = console_with_user(module_console, {}, USER, PASSWORD, {"AGENVOY_PING_SECONDS": "1"})
+    module_console.start(c)
+    return c
 
 
 def mark_no_reload(page: Page) -> None:

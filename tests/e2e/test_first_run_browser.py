@@ -16,11 +16,11 @@ import threading
 
 import httpx2
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 import mcpcore.urls
 from tests.e2e import a11y
-from tests.e2e.browser import DESKTOP, TIMEOUT, console_with_user, launch, shoot_into, sign_in
+from tests.e2e.browser import console_with_user, shoot_into, sign_in
 from tests.live import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -54,28 +54,15 @@ PROBLEMS: list[str] = []
 
 
 @pytest.fixture(scope="module")
-def console(tmp_path_factory):
-    c = console_with_user(tmp_path_factory.mktemp("e2e-first-run"), None, USER, PASSWORD)
+def console(module_console):
+    c = console_with_user(module_console, None, USER, PASSWORD)
     # As after `make run`: nobody has made a token yet (tests/live.py makes two for its helpers).
     db = sqlite3.connect(c.data / "db.sqlite3")
     with db:
         db.execute("delete from mcpcore_apitoken")
     db.close()
-    c.start()
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def page(console):
-    with sync_playwright() as pw:
-        browser = launch(pw)
-        context = browser.new_context(viewport=DESKTOP, base_url=console.url)
-        context.set_default_timeout(TIMEOUT)
-        p = context.new_page()
-        yield p
-        context.close()
-        browser.close()
+    module_console.start(c)
+    return c
 
 
 @pytest.fixture(scope="module")
