@@ -7,6 +7,8 @@ import json
 import uuid
 from pathlib import Path
 
+from tests.live import wait_until
+
 FIXTURES = Path(__file__).parent / "fixtures" / "claude_code"
 PERMISSION_REQUEST = json.loads((FIXTURES / "permission_request.json").read_text())
 PRE_TOOL_USE = json.loads((FIXTURES / "pre_tool_use.json").read_text())
@@ -39,3 +41,13 @@ def check_shape(event: str, answer: dict) -> None:
     else:
         assert specific["permissionDecision"] in FIELDS[event]["permissionDecision"]
         assert isinstance(specific["permissionDecisionReason"], str)
+
+
+def pending_of(c, session: str, timeout: float = 15) -> dict:
+    """The inbox item of Claude Code session `session` on console `c`, waited for."""
+
+    def find():
+        rows = [p for p in c.get("/v1/pending").json()["pending"] if p["session_id"] == f"cc:{session}"]
+        return rows[0] if rows else None
+
+    return wait_until(find, timeout, what=f"the prompt of {session} in the inbox")

@@ -1,6 +1,7 @@
 """Shared fixtures. The run's temporary data folder and $AGENVOY_HOME are set earlier, by
 tests/testenv.py (a plugin pytest.ini loads before Django reads its settings)."""
 
+import concurrent.futures
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,10 @@ def module_console(tmp_path_factory, request):
     made = Consoles(tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2]))
     yield made
     made.close()
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """Threads for the requests a module's tests hold open while they do something else."""
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        yield ex

@@ -17,8 +17,8 @@ from django.test import Client
 from mcpcore import calls
 from mcpcore.choices import CallKind
 from mcpcore.models import ApiToken, PermissionGrant, ToolCall
-from tests.claude_code import PERMISSION_REQUEST, PRE_TOOL_USE, check_shape, payload
-from tests.live import our_server, wait_until
+from tests.claude_code import PERMISSION_REQUEST, PRE_TOOL_USE, check_shape, payload, pending_of
+from tests.live import our_server
 
 HOOK = "/v1/hooks/claude-code"
 RULES = "deny Bash(command:rm -rf /*)\nallow Read\nask WebFetch\n"
@@ -41,23 +41,9 @@ def agent(c):
     client.close()
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with concurrent.futures.ThreadPoolExecutor(4) as ex:
-        yield ex
-
-
 def hold(pool, client, body: dict, wait: float | None = None) -> concurrent.futures.Future:
     params = {"wait": wait} if wait is not None else None
     return pool.submit(client.post, HOOK, json=body, params=params)
-
-
-def pending_of(c, session: str) -> dict:
-    def find():
-        rows = [p for p in c.get("/v1/pending").json()["pending"] if p["session_id"] == f"cc:{session}"]
-        return rows[0] if rows else None
-
-    return wait_until(find, 15, what=f"the prompt of {session} in the inbox")
 
 
 @pytest.mark.live

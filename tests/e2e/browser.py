@@ -2,8 +2,10 @@
 can sign in, and shots at desktop and phone width."""
 
 import os
+import threading
 from pathlib import Path
 
+import httpx2
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -83,3 +85,29 @@ def shoot(page: Page, name: str) -> None:
 def nav(page: Page, name: str):
     """A link of the main navigation."""
     return page.get_by_role("navigation", name="Main").get_by_role("link", name=name)
+
+
+def call_in_background(
+    console: Console, name: str, arguments: dict, token: str | None = None, **extra
+) -> dict:
+    """A confirm-mode call through /v1 with `token` (else the console's own) and any `extra`
+    fields of the body, in a thread; the dict gets its answer (`answer` waits for it)."""
+    box: dict = {}
+    body = {"name": name, "arguments": arguments, "mode": "confirm", "wait": 60, **extra}
+
+    def run():
+        headers = {"Authorization": f"Bearer {token or console.token}"}
+        with httpx2.Client(base_url=console.url, timeout=90, headers=headers) as http:
+            r = http.post("/v1/mcp/call", json=body)
+            box["status"], box["body"] = r.status_code, r.json()
+
+    box["thread"] = threading.Thread(target=run, daemon=True)
+    box["thread"].start()
+    return box
+
+
+def answer(box: dict, timeout: float = 60) -> dict:
+    """The answer of a `call_in_background`, once it came (within `timeout` seconds)."""
+    box["thread"].join(timeout)
+    assert not box["thread"].is_alive(), "the API call did not return"
+    return box

@@ -16,9 +16,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.claude_code import PERMISSION_REQUEST, check_shape
+from tests.claude_code import PERMISSION_REQUEST, check_shape, pending_of
 from tests.e2e.browser import PHONE, console_with_user, shoot_into, sign_in
-from tests.live import ROOT, our_server, wait_until
+from tests.live import ROOT, our_server
 
 pytestmark = pytest.mark.e2e
 
@@ -45,12 +45,6 @@ def agent(console):
     client = console.client_for("agent", "claude-laptop")
     yield client
     client.close()
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with concurrent.futures.ThreadPoolExecutor(2) as ex:
-        yield ex
 
 
 def nav(page, name: str):
@@ -107,13 +101,7 @@ def test_it_approves_for_an_hour_lists_the_grant_with_time_left_and_revoking_it_
     page, console, agent, pool
 ):
     held = hook(pool, agent, "browser-3", "make test")
-    item = wait_until(
-        lambda: next(
-            (p for p in console.get("/v1/pending").json()["pending"] if p["session_id"] == "cc:browser-3"),
-            None,
-        ),
-        20,
-    )
+    item = pending_of(console, "browser-3", 20)
     page.goto(f"/pending/{item['id']}/")
     page.get_by_role("button", name="Approve for 1 hour").click()
     expect(page.get_by_text("Approved for 1 hour: Bash.")).to_be_visible()
@@ -143,13 +131,7 @@ def test_it_shows_a_one_tap_link_as_a_page_with_one_button_that_decides(page, co
     from mcpcore import onetap
 
     held = hook(pool, agent, "browser-6", "terraform apply")
-    item = wait_until(
-        lambda: next(
-            (p for p in console.get("/v1/pending").json()["pending"] if p["session_id"] == "cc:browser-6"),
-            None,
-        ),
-        20,
-    )
+    item = pending_of(console, "browser-6", 20)
     link = onetap.url(console.url, console.env["DJANGO_SECRET_KEY"], item["id"], onetap.DENY, 1)
     phone = page.context.browser.new_context(viewport=PHONE)  # no session: what a phone opens
     tap = phone.new_page()
