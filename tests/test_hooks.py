@@ -21,7 +21,8 @@ from tests.claude_code import PERMISSION_REQUEST, PRE_TOOL_USE, check_shape, pay
 from tests.live import our_server
 
 HOOK = "/v1/hooks/claude-code"
-RULES = "deny Bash(command:rm -rf /*)\nallow Read\nask WebFetch\n"
+DENY_RM = "deny Bash(command:rm -rf /*)"
+RULES = f"{DENY_RM}\nallow Read\nask WebFetch\n"
 
 
 # --- against a real console ---------------------------------------------------------------------
@@ -126,11 +127,7 @@ def test_it_answers_a_deny_rule_at_once_without_asking_anyone(c, agent):
         }
     }
     record = c.get("/v1/mcp/calls/" + _last_call(c, body["session_id"])).json()
-    assert (record["status"], record["decision"], record["rule"]) == (
-        "skipped",
-        "rule",
-        "deny Bash(command:rm -rf /*)",
-    )
+    assert (record["status"], record["decision"], record["rule"]) == ("skipped", "rule", DENY_RM)
 
 
 @pytest.mark.live
