@@ -35,44 +35,35 @@ def _private_file(path: Path) -> Path:
     return path
 
 
-def _seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return float(default)
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not value >= 1 or value == float("inf"):
-        raise ImproperlyConfigured(f"{name} must be at least 1 second, got {raw!r}")
-    return value
-
-
-def _positive_int(name: str, default: int) -> int:
+def _number(name: str, default, parse, what: str, ok, bound: str):
+    """The variable `name` read with `parse` (else `default` when unset or blank); a value that
+    does not parse stops start-up saying it must be `what`, one that fails `ok`, `bound`."""
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        value = int(raw)
+        value = parse(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}") from None
-    if value < 1:
-        raise ImproperlyConfigured(f"{name} must be at least 1, got {raw!r}")
+        raise ImproperlyConfigured(f"{name} must be {what}, got {raw!r}") from None
+    if not ok(value):
+        raise ImproperlyConfigured(f"{name} must be {bound}, got {raw!r}")
     return value
+
+
+def _seconds(name: str, default: float) -> float:
+    finite = lambda v: v >= 1 and v != float("inf")
+    return _number(name, float(default), float, "a number of seconds", finite, "at least 1 second")
+
+
+def _positive_int(name: str, default: int) -> int:
+    return _number(name, default, int, "a whole number", lambda v: v >= 1, "at least 1")
 
 
 def _days(name: str, default: int) -> int:
     """A number of days, a whole number from 0 (0: keep everything)."""
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a whole number of days, got {raw!r}") from None
-    if value < 0:
-        raise ImproperlyConfigured(f"{name} must be 0 (keep everything) or more days, got {raw!r}")
-    return value
+    return _number(
+        name, default, int, "a whole number of days", lambda v: v >= 0, "0 (keep everything) or more days"
+    )
 
 
 def _networks(name: str) -> tuple:

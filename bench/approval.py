@@ -6,17 +6,8 @@ import asyncio
 import time
 import uuid
 
-from .common import (
-    ECHO_ARGS,
-    Figure,
-    async_http,
-    console,
-    direct_client,
-    echo_body,
-    echo_servers,
-    ms,
-    percentile,
-)
+from . import common
+from .common import ECHO_ARGS, Figure, ms, percentile
 
 NAME = "approval"
 APPROVALS = 50
@@ -39,7 +30,7 @@ async def one(agent, person) -> tuple[float, float]:
     held = {}
 
     async def wait_for_result():
-        r = await agent.post("/v1/mcp/call", json=echo_body("confirm", session_id=sid, wait=30))
+        r = await agent.post("/v1/mcp/call", json=common.echo_body("confirm", session_id=sid, wait=30))
         held["at"] = time.perf_counter()
         held["body"] = r.json()
 
@@ -58,7 +49,7 @@ async def one(agent, person) -> tuple[float, float]:
 
 
 async def tool_time(n: int = 200) -> float:
-    async with direct_client() as client:
+    async with common.direct_client() as client:
         for _ in range(20):
             await client.call_tool("echo", ECHO_ARGS)
         times = []
@@ -72,7 +63,7 @@ async def tool_time(n: int = 200) -> float:
 async def measure(con) -> tuple[list, list, float]:
     tool = await tool_time()
     latencies, answers = [], []
-    async with async_http(con, 2) as agent, async_http(con, 2, con.approver_token) as person:
+    async with common.async_http(con, 2) as agent, common.async_http(con, 2, con.approver_token) as person:
         await one(agent, person)  # warm-up
         for _ in range(APPROVALS):
             total, answered = await one(agent, person)
@@ -82,7 +73,7 @@ async def measure(con) -> tuple[list, list, float]:
 
 
 def run() -> list[Figure]:
-    with console(echo_servers()) as con:
+    with common.console(common.echo_servers()) as con:
         con.wait_connected("echo")
         latencies, answers, tool = asyncio.run(measure(con))
     p50 = ms(percentile(latencies, 50)) - ms(tool)

@@ -1,6 +1,7 @@
 """What every benchmark shares: the Figure record, percentiles, a live console, a direct SDK
 client to the same server script, and an in-process Django for the page and allow-list runs."""
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -100,6 +101,27 @@ def console(servers: dict | None, env: dict | None = None, start: bool = True):
             print(f"   (kept {base})", flush=True)
         else:
             shutil.rmtree(base, ignore_errors=True)
+
+
+async def for_seconds(seconds: float, tasks: int, once) -> tuple[int, int, float]:
+    """`tasks` loops, each awaiting `once()` until `seconds` are up: a true answer is one done, a
+    false one or an exception one error; (done, errors, elapsed)."""
+    stop = time.perf_counter() + seconds
+    done = errors = 0
+
+    async def worker() -> None:
+        nonlocal done, errors
+        while time.perf_counter() < stop:
+            try:
+                ok = bool(await once())
+            except Exception:
+                ok = False
+            done += ok
+            errors += not ok
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(tasks)))
+    return done, errors, time.perf_counter() - started
 
 
 def echo_servers() -> dict:

@@ -21,7 +21,7 @@ import sys
 import time
 from contextlib import asynccontextmanager
 
-from .common import ECHO, Figure, console, cpu_seconds, echo_servers, ms, percentile, wait_until
+from .common import ECHO, Figure, console, cpu_seconds, echo_servers, for_seconds, ms, percentile, wait_until
 from .rawhttp import LEGACY, MODERN, RawMcp, client_cpu
 
 NAME = "mcp_endpoint"
@@ -121,22 +121,14 @@ async def sequential(row: Row, n: int, keep: bool = True) -> None:
 
 
 async def concurrent(row: Row, seconds: float, gateway_pid: int, keep: bool = True) -> None:
-    stop = time.perf_counter() + seconds
-    done = errors = 0
+    async def once() -> bool:
+        await one_call(row)
+        return True
 
-    async def worker() -> None:
-        nonlocal done, errors
-        while time.perf_counter() < stop:
-            try:
-                await one_call(row)
-                done += 1
-            except Exception:
-                errors += 1
-
-    gw, cpu, t = cpu_seconds(gateway_pid), client_cpu(), time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    gw, cpu = cpu_seconds(gateway_pid), client_cpu()
+    done, errors, wall = await for_seconds(seconds, CONCURRENCY, once)
     if keep:
-        row.wall += time.perf_counter() - t
+        row.wall += wall
         row.gateway_cpu += cpu_seconds(gateway_pid) - gw
         row.load_cpu += client_cpu() - cpu
         row.done += done

@@ -16,6 +16,7 @@ from .common import (
     direct_client,
     echo_body,
     echo_servers,
+    for_seconds,
     ms,
     percentile,
 )
@@ -33,45 +34,24 @@ CPU_TARGET_MS = 2.5  # serve CPU per call (issue 11)
 async def load(http, clients: int, seconds: float) -> tuple[int, int, float, list[float]]:
     """`clients` loops posting calls until the time is up; (done, errors, elapsed, latencies)."""
     body = echo_body()
-    stop = time.perf_counter() + seconds
-    done = errors = 0
     latencies: list[float] = []
 
-    async def client() -> None:
-        nonlocal done, errors
-        while time.perf_counter() < stop:
-            t = time.perf_counter()
-            try:
-                r = await http.post("/v1/mcp/call", json=body)
-                ok = r.status_code == 200 and r.json().get("status") == "done"
-            except Exception:
-                ok = False
+    async def once() -> bool:
+        t = time.perf_counter()
+        try:
+            r = await http.post("/v1/mcp/call", json=body)
+            return r.status_code == 200 and r.json().get("status") == "done"
+        finally:
             latencies.append(time.perf_counter() - t)
-            done += ok
-            errors += not ok
 
-    started = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    return done, errors, time.perf_counter() - started, latencies
+    return *await for_seconds(seconds, clients, once), latencies
 
 
 async def direct_load(client, tasks: int, seconds: float) -> tuple[int, int, float]:
-    stop = time.perf_counter() + seconds
-    done = errors = 0
+    async def once() -> bool:
+        return not (await client.call_tool("echo", ECHO_ARGS)).is_error
 
-    async def worker() -> None:
-        nonlocal done, errors
-        while time.perf_counter() < stop:
-            try:
-                ok = not (await client.call_tool("echo", ECHO_ARGS)).is_error
-            except Exception:
-                ok = False
-            done += ok
-            errors += not ok
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(tasks)))
-    return done, errors, time.perf_counter() - started
+    return await for_seconds(seconds, tasks, once)
 
 
 class CpuShare:

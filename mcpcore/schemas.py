@@ -288,25 +288,16 @@ class Reply(Contract):
     """A person's reply to a pending confirmation (`POST /v1/session/<sid>/confirm/<cid>`, the
     pages): `calls.reply` checks it once the confirmation is found and the replier may answer."""
 
+    # A field's docstring is its description in the OpenAPI document.
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     approve: Annotated[bool, Strict(), Message("approve must be true or false")] = False
-    remember: Annotated[
-        bool,
-        Strict(),
-        Message("remember must be true or false"),
-        Field(description="approve, and add the tool to allow_tool"),
-    ] = False
-    allow_turn: Annotated[
-        bool,
-        Strict(),
-        Message("allow_turn must be true or false"),
-        Field(description="approve for the rest of the session"),
-    ] = False
-    abort: Annotated[
-        bool,
-        Strict(),
-        Message("abort must be true or false"),
-        Field(description="deny, and tell the agent to stop"),
-    ] = False
+    remember: Annotated[bool, Strict(), Message("remember must be true or false")] = False
+    """approve, and add the tool to allow_tool"""
+    allow_turn: Annotated[bool, Strict(), Message("allow_turn must be true or false")] = False
+    """approve for the rest of the session"""
+    abort: Annotated[bool, Strict(), Message("abort must be true or false")] = False
+    """deny, and tell the agent to stop"""
     # Any false value (null, "", 0) is no reason.
     reason: Annotated[
         str, Strict(), Message("reason must be a string"), BeforeValidator(lambda v: v or "")

@@ -1,9 +1,12 @@
 """Shared fixtures. The run's temporary data folder and $AGENVOY_HOME are set earlier, by
 tests/testenv.py (a plugin pytest.ini loads before Django reads its settings)."""
 
+import concurrent.futures
 from pathlib import Path
 
 import pytest
+
+from tests.live import Consoles
 
 
 @pytest.fixture
@@ -46,64 +49,6 @@ def api(client, api_token):
 # --- live consoles (`manage.py serve` in a subprocess, tests/live.py) ----------------------------
 
 
-class Consoles:
-    """Makes live consoles on demand and cleans up after them: each is closed, and every MCP
-    server process it started is ended (by pid), even when a test killed the console itself.
-
-    `console(servers, env, start=True, **more_env)`: a `tests.live.Console` with this mcp.json
-    (`servers`; None writes none) and these settings (values made strings), started unless
-    `start=False` (then write its files and call `console.start(c)`)."""
-
-    def __init__(self, base: Path) -> None:
-        self.base = base
-        self.made: list = []
-        self._servers: dict = {}
-
-    def __call__(self, servers: dict | None = None, env: dict | None = None, *, start: bool = True, **more):
-        from tests.live import Console
-
-        settings = {k: str(v) for k, v in {**(env or {}), **more}.items()}
-        c = Console(self.base / f"c{len(self.made)}", servers, settings)
-        self.made.append(c)
-        return self.start(c) if start else c
-
-    def start(self, c):
-        """`Console.start`, with more patience on a loaded machine: start() gives serve 30 s to
-        answer; a slow start is not what any test here is about."""
-        from tests.live import wait_until
-
-        try:
-            return c.start()
-        except AssertionError:
-            wait_until(c._answers, 90, 0.2, what="serve answering (slow start)")
-            return c
-
-    def track(self, c) -> None:
-        """Remember the MCP server processes `c` runs now (before a test kills `c` itself)."""
-        import psutil
-
-        try:
-            children = psutil.Process(c.proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            children = []
-        for proc in children:
-            self._servers[proc.pid] = proc
-
-    def close(self) -> None:
-        import psutil
-
-        for c in self.made:
-            if c.proc is not None and c.proc.poll() is None:
-                self.track(c)
-            c.close()
-        for proc in self._servers.values():
-            try:
-                if proc.is_running():  # same pid *and* creation time: never a reused pid
-                    proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-
-
 @pytest.fixture
 def console(tmp_path):
     """Live consoles for one test: `c = console({"echo": our_server("echo.py")}, {...})`."""
@@ -118,3 +63,10 @@ def module_console(tmp_path_factory, request):
     made = Consoles(tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2]))
     yield made
     made.close()
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """Threads for the requests a module's tests hold open while they do something else."""
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        yield ex

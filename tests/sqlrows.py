@@ -11,18 +11,18 @@ from pathlib import Path
 COLUMNS = (
     "id", "kind", "confirm_id", "session_id", "tool_name", "server_name", "tool", "arguments",
     "mode", "token_id", "requested_by", "status", "decision", "decided_by", "decided_at", "reason",
-    "created_at", "expires_at", "started_at", "ended_at", "worker", "attempts", "result",
+    "created_at", "expires_at", "started_at", "ended_at", "worker", "result",
     "is_error", "truncated", "result_bytes", "raw_result", "raw_truncated", "rule",
-    "definition_changed", "notified", "via", "native_result",
+    "definition_changed", "notified", "via", "cwd", "native_result",
 )  # fmt: skip
 DEFAULTS = {
     "kind": "tool_confirm", "confirm_id": None, "session_id": "s-1", "tool_name": "mcp__srv__tool",
     "server_name": "srv", "tool": "tool", "arguments": {}, "mode": "auto", "token_id": None,
     "requested_by": "tests", "status": "done", "decision": "auto", "decided_by": "", "decided_at": None,
-    "reason": "", "expires_at": None, "started_at": None, "ended_at": None, "worker": "", "attempts": 0,
+    "reason": "", "expires_at": None, "started_at": None, "ended_at": None, "worker": "",
     "result": "", "is_error": False, "truncated": False, "result_bytes": 0, "raw_result": "",
     "raw_truncated": False, "rule": "", "definition_changed": False, "notified": 2, "via": "rest",
-    "native_result": None,
+    "cwd": "", "native_result": None,
 }  # fmt: skip
 INSERT = f"INSERT INTO mcpcore_toolcall ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 

@@ -5,12 +5,13 @@ import asyncio
 import types
 
 import pytest
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from mcpcore import control
-from mcpcore.models import ToolCall
 from mcpcore.supervisor import runner
+from tests.rows import make_call
 
 
 async def _messages(channel: str) -> list[dict]:
@@ -26,13 +27,8 @@ async def _messages(channel: str) -> list[dict]:
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_it_tells_only_the_waiters_when_a_running_call_ends():
-    call = await ToolCall.objects.acreate(
-        session_id="s",
-        tool_name="mcp__gone__t",
-        server_name="gone",
-        tool="t",
-        status="running",
-        started_at=timezone.now(),
+    call = await sync_to_async(make_call)(
+        "running", "t", "gone", session_id="s", arguments={}, started_at=timezone.now()
     )
     layer = get_channel_layer()
     pending_channel, call_channel = await layer.new_channel(), await layer.new_channel()

@@ -12,19 +12,32 @@ import anyio
 import httpx2
 import pytest
 
-from tests.live import Console, our_server, wait_until
-from tests.test_mcp_endpoint import in_thread, mcp_client, pending_for
+from tests.live import our_server, wait_until
+from tests.mcpclients import in_thread, mcp_client, pending_for, wait_pending
 
 pytestmark = pytest.mark.live
 
 
 @pytest.fixture(scope="module")
-def c(tmp_path_factory):
-    console = Console(tmp_path_factory.mktemp("doors"), {"echo": our_server("echo.py")})
-    console.start()
+def c(module_console):
+    console = module_console({"echo": our_server("echo.py")})
     console.wait_connected("echo")
-    yield console
-    console.close()
+    return console
+
+
+async def answered(c, tool_name: str, make_call, body: dict):
+    """Runs `make_call()` until its item is in the inbox, replies `body` to it as the approver,
+    and returns the call's result and the reply."""
+    box = {}
+    async with anyio.create_task_group() as tg:
+
+        async def run():
+            box["r"] = await make_call()
+
+        tg.start_soon(run)
+        item = await wait_pending(c, tool_name, 15)
+        box["reply"] = await in_thread(lambda: c.reply(item["session_id"], item["id"], body))
+    return box["r"], box["reply"]
 
 
 @pytest.mark.parametrize(
@@ -72,49 +85,36 @@ def test_it_lets_a_grant_hold_on_every_mcp_door_for_its_token_only(c):
 
     async def main():
         # The first call waits; it is approved for an hour (remember_for) by the approver.
-        async with anyio.create_task_group() as tg:
-            box = {}
-
-            async def first():
-                box["r"] = await call("/mcp", "echo__echo", {"text": "one"}, agent)
-
-            tg.start_soon(first)
-            item = await _pending(c, "mcp__echo__echo")
-            r = await in_thread(
-                lambda: c.reply(item["session_id"], item["id"], {"approve": True, "remember_for": 3600})
-            )
-            assert r.status_code == 200, r.text
-        assert box["r"].content[0].text == "one"
+        first, r = await answered(
+            c,
+            "mcp__echo__echo",
+            lambda: call("/mcp", "echo__echo", {"text": "one"}, agent),
+            {"approve": True, "remember_for": 3600},
+        )
+        assert r.status_code == 200, r.text
+        assert first.content[0].text == "one"
         # Then at once, on /mcp and on /mcp/echo, in new sessions.
         with anyio.fail_after(20):
             assert (await call("/mcp", "echo__echo", {"text": "two"}, agent)).content[0].text == "two"
             assert (await call("/mcp/echo", "echo", {"text": "three"}, agent)).content[0].text == "three"
         # Another token's call of the same tool still waits for a person.
-        async with anyio.create_task_group() as tg:
-            box = {}
-
-            async def theirs():
-                box["r"] = await call("/mcp/echo", "echo", {"text": "four"}, other)
-
-            tg.start_soon(theirs)
-            item = await _pending(c, "mcp__echo__echo")
-            await in_thread(lambda: c.reply(item["session_id"], item["id"], {"approve": False}))
-        assert box["r"].is_error and box["r"].content[0].text == "Skipped by user"
+        theirs, _ = await answered(
+            c,
+            "mcp__echo__echo",
+            lambda: call("/mcp/echo", "echo", {"text": "four"}, other),
+            {"approve": False},
+        )
+        assert theirs.is_error and theirs.content[0].text == "Skipped by user"
 
         # A permission prompt on /mcp/_permission: granted for a while, by tool name.
         prompt = {"tool_name": "Bash", "input": {"command": "make"}}
-        async with anyio.create_task_group() as tg:
-            box = {}
-
-            async def ask():
-                box["r"] = await call("/mcp/_permission", "approval_prompt", prompt, agent)
-
-            tg.start_soon(ask)
-            item = await _pending(c, "Bash")
-            await in_thread(
-                lambda: c.reply(item["session_id"], item["id"], {"approve": True, "remember_for": 600})
-            )
-        assert json.loads(box["r"].content[0].text)["behavior"] == "allow"
+        asked, _ = await answered(
+            c,
+            "Bash",
+            lambda: call("/mcp/_permission", "approval_prompt", prompt, agent),
+            {"approve": True, "remember_for": 600},
+        )
+        assert json.loads(asked.content[0].text)["behavior"] == "allow"
         with anyio.fail_after(20):
             again = await call(
                 "/mcp/_permission", "approval_prompt", {**prompt, "input": {"command": "make test"}}, agent
@@ -129,15 +129,6 @@ def test_it_lets_a_grant_hold_on_every_mcp_door_for_its_token_only(c):
     finally:
         agent_client.close()
         other_client.close()
-
-
-async def _pending(c, tool_name: str) -> dict:
-    with anyio.fail_after(15):
-        while True:
-            items = await in_thread(pending_for, c, tool_name)
-            if items:
-                return items[0]
-            await anyio.sleep(0.05)
 
 
 def test_it_answers_hooks_under_a_grant_made_on_another_door(c):

@@ -18,7 +18,6 @@ from django.utils import timezone
 from mcpcore.choices import TokenRole
 from mcpcore.models import ApiToken, ToolCall
 from tests import sqlrows as rows
-from tests.live import Console
 
 T0 = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
 HEADER = "call_id,created_at,server,tool,status,decision,decided_by,token,session_id,duration_ms,arguments"
@@ -168,8 +167,8 @@ class Peak(threading.Thread):
 
 
 @pytest.mark.live
-def test_it_exports_100000_calls_from_serve_in_bounded_memory(tmp_path):
-    con = Console(tmp_path, servers={})
+def test_it_exports_100000_calls_from_serve_in_bounded_memory(console):
+    con = console({}, start=False)
     start = timezone.now() - datetime.timedelta(days=1)
     result = "r" * 1000  # 1 kB each: the export (with results) is over 100 MB
     rows.insert(
@@ -179,7 +178,7 @@ def test_it_exports_100000_calls_from_serve_in_bounded_memory(tmp_path):
             for i in range(CALLS)
         ),
     )
-    con.start()
+    console.start(con)
     try:
         # Warm up the route (imports, connections) so the baseline is serve at work, not cold.
         con.http.get("/v1/calls/export?status=skipped").raise_for_status()

@@ -127,24 +127,11 @@ def test_it_finds_the_id_of_a_dropped_line_only_where_the_message_carries_it(lin
 
 
 def _pending_call_and_token():
-    import datetime
-    import uuid
-
-    from django.utils import timezone
-
-    from mcpcore.models import ApiToken, ToolCall
+    from mcpcore.models import ApiToken
+    from tests.rows import make_call
 
     token, secret = ApiToken.issue("poller", role="agent")
-    now = timezone.now()
-    call = ToolCall.objects.create(
-        session_id="s",
-        tool_name="mcp__srv__tool",
-        server_name="srv",
-        tool="tool",
-        token=token,
-        confirm_id=uuid.uuid4(),
-        expires_at=now + datetime.timedelta(minutes=5),
-    )
+    call = make_call(tool="tool", server="srv", session_id="s", token=token, arguments={})
     return str(call.id), secret
 
 

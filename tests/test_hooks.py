@@ -8,10 +8,8 @@ rules that answer at once run on the Django test client.
 """
 
 import concurrent.futures
-import copy
 import json
 import uuid
-from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -19,54 +17,22 @@ from django.test import Client
 from mcpcore import calls
 from mcpcore.choices import CallKind
 from mcpcore.models import ApiToken, PermissionGrant, ToolCall
-from tests.live import Console, our_server, wait_until
+from tests.claude_code import PERMISSION_REQUEST, PRE_TOOL_USE, check_shape, payload, pending_of
+from tests.live import our_server
 
-FIXTURES = Path(__file__).parent / "fixtures" / "claude_code"
-PERMISSION_REQUEST = json.loads((FIXTURES / "permission_request.json").read_text())
-PRE_TOOL_USE = json.loads((FIXTURES / "pre_tool_use.json").read_text())
-FIELDS = json.loads((FIXTURES / "output_fields.json").read_text())
 HOOK = "/v1/hooks/claude-code"
-RULES = "deny Bash(command:rm -rf /*)\nallow Read\nask WebFetch\n"
-
-
-def payload(base: dict, **changes) -> dict:
-    """A fixture with a session id of its own (each test's prompts are its own)."""
-    body = copy.deepcopy(base)
-    body["session_id"] = f"s-{uuid.uuid4().hex[:8]}"
-    body.update(changes)
-    return body
-
-
-def check_shape(event: str, answer: dict) -> None:
-    """The answer uses only the fields Claude Code's hooks reference documents for the event."""
-    if answer == {}:
-        return
-    allowed_top = set(FIELDS["universal"]) | {"hookSpecificOutput"}
-    assert set(answer) <= allowed_top, answer
-    specific = answer["hookSpecificOutput"]
-    assert specific["hookEventName"] == event
-    assert set(specific) <= set(FIELDS[event]["hookSpecificOutput"]), specific
-    if event == "PermissionRequest":
-        decision = specific["decision"]
-        assert set(decision) <= set(FIELDS[event]["decision"])
-        assert decision["behavior"] in FIELDS[event]["behavior"]
-        wrong = FIELDS[event]["deny_only" if decision["behavior"] == "allow" else "allow_only"]
-        assert not set(decision) & set(wrong), decision
-    else:
-        assert specific["permissionDecision"] in FIELDS[event]["permissionDecision"]
-        assert isinstance(specific["permissionDecisionReason"], str)
+DENY_RM = "deny Bash(command:rm -rf /*)"
+RULES = f"{DENY_RM}\nallow Read\nask WebFetch\n"
 
 
 # --- against a real console ---------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def c(tmp_path_factory):
-    console = Console(tmp_path_factory.mktemp("hooks"), {"echo": our_server("echo.py")})
+def c(module_console):
+    console = module_console({"echo": our_server("echo.py")}, start=False)
     (console.home / "rules").write_text(RULES)
-    console.start()
-    yield console
-    console.close()
+    return module_console.start(console)
 
 
 @pytest.fixture(scope="module")
@@ -76,23 +42,9 @@ def agent(c):
     client.close()
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with concurrent.futures.ThreadPoolExecutor(4) as ex:
-        yield ex
-
-
 def hold(pool, client, body: dict, wait: float | None = None) -> concurrent.futures.Future:
     params = {"wait": wait} if wait is not None else None
     return pool.submit(client.post, HOOK, json=body, params=params)
-
-
-def pending_of(c, session: str) -> dict:
-    def find():
-        rows = [p for p in c.get("/v1/pending").json()["pending"] if p["session_id"] == f"cc:{session}"]
-        return rows[0] if rows else None
-
-    return wait_until(find, 15, what=f"the prompt of {session} in the inbox")
 
 
 @pytest.mark.live
@@ -175,11 +127,7 @@ def test_it_answers_a_deny_rule_at_once_without_asking_anyone(c, agent):
         }
     }
     record = c.get("/v1/mcp/calls/" + _last_call(c, body["session_id"])).json()
-    assert (record["status"], record["decision"], record["rule"]) == (
-        "skipped",
-        "rule",
-        "deny Bash(command:rm -rf /*)",
-    )
+    assert (record["status"], record["decision"], record["rule"]) == ("skipped", "rule", DENY_RM)
 
 
 @pytest.mark.live

@@ -10,18 +10,16 @@ import subprocess
 import threading
 import time
 import uuid
-from contextlib import asynccontextmanager
 
 import anyio
 import httpx2
 import mcp_types
 import pytest
-from mcp import Client, MCPError
-from mcp.client.streamable_http import streamable_http_client
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp import MCPError
 
 from mcpcore import names
 from tests.live import ROOT, db_rows, everything_stdio, our_server, wait_until
+from tests.mcpclients import in_thread, mcp_client, pending_for, wait_pending
 
 pytestmark = pytest.mark.live
 
@@ -41,24 +39,6 @@ def c(module_console):
     module_console.start(console)
     console.wait_connected("every", "echo", "dyn")
     return console
-
-
-@asynccontextmanager
-async def mcp_client(c, path="/mcp", mode="auto", message_handler=None, token=None):
-    headers = {"Authorization": f"Bearer {token or c.token}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
-        transport = streamable_http_client(c.url + path, http_client=http)
-        async with Client(transport, mode=mode, message_handler=message_handler) as client:
-            assert (client.protocol_version in MODERN_PROTOCOL_VERSIONS) == (mode != "legacy")
-            yield client
-
-
-async def in_thread(fn, *args):
-    return await anyio.to_thread.run_sync(fn, *args)
-
-
-def pending_for(c, tool_name: str) -> list[dict]:
-    return [p for p in c.get("/v1/pending").json()["pending"] if p["tool_name"] == tool_name]
 
 
 def reply(c, item: dict, **body):
@@ -84,13 +64,33 @@ def last_mcp_call(c) -> dict:
     return call_row(c, str(uuid.UUID(row[0])))
 
 
-async def wait_pending(c, tool_name: str, timeout: float = 10) -> dict:
-    with anyio.fail_after(timeout):
-        while True:
-            items = await in_thread(pending_for, c, tool_name)
-            if items:
-                return items[0]
-            await anyio.sleep(0.05)
+def approved_with_progress(c, mode: str, name: str, args: dict) -> tuple[dict, object, list[tuple], bool]:
+    """Calls tool `name` on `/mcp` in `mode` with a progress callback; once its item is in the
+    inbox and a first heartbeat came, approves it. (item, result, progress, whether the call had
+    answered before the approval)."""
+    progress: list[tuple] = []
+
+    async def on_progress(value, total, message):
+        progress.append((value, total, message))
+
+    async def main():
+        async with mcp_client(c, "/mcp", mode) as client:
+            async with anyio.create_task_group() as tg:
+                box = {}
+
+                async def call():
+                    box["r"] = await client.call_tool(name, args, progress_callback=on_progress)
+
+                tg.start_soon(call)
+                item = await wait_pending(c, f"mcp__{name}")
+                with anyio.fail_after(10):
+                    while not progress:
+                        await anyio.sleep(0.05)
+                early = "r" in box
+                await in_thread(lambda: reply(c, item, approve=True))
+            return item, box["r"], progress, early
+
+    return anyio.run(main)
 
 
 # --- auth and endpoints (13.1) ------------------------------------------------------------------
@@ -178,31 +178,8 @@ def test_it_runs_an_allow_listed_call_at_once_with_images_and_structured_content
 
 @pytest.mark.parametrize("mode", ERAS)
 def test_it_holds_a_call_in_the_inbox_with_heartbeats_until_a_person_approves(c, mode):
-    progress: list[tuple] = []
-
-    async def on_progress(value, total, message):
-        progress.append((value, total, message))
-
-    async def main():
-        async with mcp_client(c, "/mcp", mode) as client:
-            async with anyio.create_task_group() as tg:
-                box = {}
-
-                async def call():
-                    box["result"] = await client.call_tool(
-                        "echo__echo", {"text": f"held {mode}"}, progress_callback=on_progress
-                    )
-
-                tg.start_soon(call)
-                item = await wait_pending(c, "mcp__echo__echo")
-                with anyio.fail_after(10):
-                    while not progress:
-                        await anyio.sleep(0.05)
-                assert "result" not in box
-                await in_thread(lambda: reply(c, item, approve=True))
-            return item, box["result"]
-
-    item, result = anyio.run(main)
+    item, result, progress, early = approved_with_progress(c, mode, "echo__echo", {"text": f"held {mode}"})
+    assert not early
     assert item["tool_args"] == {"text": f"held {mode}"}
     if mode == "legacy":
         assert item["session_id"].startswith("mcp:") and item["session_id"] != "mcp:tests"
@@ -720,30 +697,7 @@ def test_it_keeps_progress_increasing_from_heartbeats_into_the_servers_own(conso
     # request's progress must still only go up (the server's is passed on past the beats).
     c = console({"prog": our_server("progress.py")})
     c.wait_connected("prog")
-    progress: list[tuple] = []
-
-    async def on_progress(value, total, message):
-        progress.append((value, total, message))
-
-    async def main():
-        async with mcp_client(c, "/mcp", mode) as client:
-            async with anyio.create_task_group() as tg:
-                box = {}
-
-                async def call():
-                    box["r"] = await client.call_tool(
-                        "prog__slow", {"steps": 3, "interval": 0.05}, progress_callback=on_progress
-                    )
-
-                tg.start_soon(call)
-                item = await wait_pending(c, "mcp__prog__slow")
-                with anyio.fail_after(10):
-                    while not progress:
-                        await anyio.sleep(0.05)
-                await in_thread(lambda: reply(c, item, approve=True))
-            return box["r"]
-
-    result = anyio.run(main)
+    _, result, progress, _ = approved_with_progress(c, mode, "prog__slow", {"steps": 3, "interval": 0.05})
     assert result.content[0].text == "finished"
     values = [p[0] for p in progress]
     assert values == sorted(set(values)), progress

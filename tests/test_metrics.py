@@ -7,7 +7,6 @@ import ipaddress
 import json
 import shutil
 import subprocess
-import uuid
 from collections import Counter
 
 import httpx2
@@ -17,8 +16,9 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from mcpcore import calls, metrics
-from mcpcore.models import ApiToken, ToolCall
+from mcpcore.models import ApiToken
 from tests.live import Console, free_port, our_server, wait_until
+from tests.rows import make_call
 
 ECHO = "mcp__echo__echo"
 FAMILIES = {
@@ -93,17 +93,8 @@ def test_it_lets_addresses_inside_the_allowed_networks_read_without_a_token(sett
 def test_it_counts_a_person_decision_and_its_wait_once_committed(django_capture_on_commit_callbacks):
     before = metrics.confirmation_wait._sum.get(), metrics.confirmations.labels("denied")._value.get()
     token, _ = ApiToken.issue("asker")
-    now = timezone.now()
-    call = ToolCall.objects.create(
-        session_id="s",
-        tool_name="mcp__srv__tool",
-        server_name="srv",
-        tool="tool",
-        token=token,
-        confirm_id=uuid.uuid4(),
-        created_at=now - datetime.timedelta(seconds=7),
-        expires_at=now + datetime.timedelta(minutes=5),
-    )
+    created = timezone.now() - datetime.timedelta(seconds=7)
+    call = make_call(tool="tool", server="srv", session_id="s", token=token, arguments={}, created_at=created)
     with django_capture_on_commit_callbacks() as committed:
         calls.reply("s", str(call.confirm_id), {"approve": False}, "person")
         assert metrics.confirmations.labels("denied")._value.get() == before[1]  # not yet
@@ -119,18 +110,10 @@ def test_it_counts_a_person_decision_and_its_wait_once_committed(django_capture_
 
 
 @pytest.fixture(scope="module")
-def console(tmp_path_factory):
-    con = Console(
-        tmp_path_factory.mktemp("metrics"),
-        servers={"echo": our_server("echo.py")},
-        env={"AGENVOY_CONFIRM_TIMEOUT": "4"},
-    )
-    con.start()
+def console(module_console):
+    con = module_console({"echo": our_server("echo.py")}, {"AGENVOY_CONFIRM_TIMEOUT": "4"})
     con.wait_connected("echo")
-    try:
-        yield con
-    finally:
-        con.close()
+    return con
 
 
 def scrape(con: Console) -> str:
@@ -240,6 +223,8 @@ def test_it_is_scraped_by_a_real_prometheus(console, tmp_path):
             try:
                 r = httpx2.get(f"{api}/query", params={"query": "sum(agenvoy_tool_calls_total)"}, timeout=2)
             except httpx2.HTTPError:
+                return None
+            if r.status_code != 200:  # 503 while Prometheus starts
                 return None
             result = r.json().get("data", {}).get("result", [])
             return float(result[0]["value"][1]) if result else None

@@ -187,8 +187,7 @@ async def test_it_posts_signed_pending_and_resolved_events(receiver, notifier, s
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_it_retries_after_a_500_with_the_same_webhook_id(notifier):
-    receiver = Receiver(answers=[500])
-    try:
+    with Receiver(answers=[500]) as receiver:
         target, secret = await sync_to_async(notify.add_target)("webhook", receiver.url)
         await sync_to_async(pending_call)()
         row = await wait_for(
@@ -209,15 +208,12 @@ async def test_it_retries_after_a_500_with_the_same_webhook_id(notifier):
         assert verify(secret, again["headers"], again["body"])
         row = await wait_for(lambda: Delivery.objects.filter(id=row.id, status="sent").first(), what="sent")
         assert (row.attempts, row.last_status_code, row.last_error) == (2, 200, "")
-    finally:
-        receiver.close()
 
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_it_marks_a_delivery_failed_after_the_last_retry(notifier):
-    receiver = Receiver(answers=[503])
-    try:
+    with Receiver(answers=[503]) as receiver:
         target, _ = await sync_to_async(notify.add_target)("webhook", receiver.url)
         row = await sync_to_async(notify.queue_test)(target)
         # As if five attempts had failed already: this one is the last.
@@ -226,15 +222,12 @@ async def test_it_marks_a_delivery_failed_after_the_last_retry(notifier):
             lambda: Delivery.objects.filter(id=row.id, status="failed").first(), what="failed"
         )
         assert (row.attempts, row.last_status_code) == (6, 503)
-    finally:
-        receiver.close()
 
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_it_counts_no_answer_in_10_s_as_a_failure(notifier):
-    receiver = Receiver(hang=True)
-    try:
+    with Receiver(hang=True) as receiver:
         target, _ = await sync_to_async(notify.add_target)("webhook", receiver.url)
         row = await sync_to_async(notify.queue_test)(target)
         started = time.monotonic()
@@ -247,8 +240,6 @@ async def test_it_counts_no_answer_in_10_s_as_a_failure(notifier):
         )
         assert 9.5 <= time.monotonic() - started < 15
         assert row.status == "pending" and row.last_status_code is None
-    finally:
-        receiver.close()
 
 
 @pytest.mark.asyncio

@@ -14,8 +14,8 @@ import httpx2
 import pytest
 
 from mcpcore import onetap
-from tests.live import Console, our_server, wait_until
-from tests.test_notify import Receiver
+from tests.live import our_server, wait_until
+from tests.webhooks import Receiver
 
 GONE = "this link is no longer valid"
 
@@ -45,9 +45,9 @@ def receivers():
 
 
 @pytest.fixture(scope="module")
-def c(tmp_path_factory, receivers):
+def c(receivers, module_console):
     ntfy, webhook = receivers
-    console = Console(tmp_path_factory.mktemp("onetap"), {"echo": our_server("echo.py")})
+    console = module_console({"echo": our_server("echo.py")}, start=False)
     console.env["AGENVOY_PUBLIC_URL"] = console.url
     # With DEBUG on, Django's request logger writes the path of every 4xx: the links must not be.
     console.env["DJANGO_DEBUG"] = "1"
@@ -57,10 +57,9 @@ def c(tmp_path_factory, receivers):
         "from mcpcore import notify; "
         f"notify.add_target('ntfy', {ntfy.url!r}); notify.add_target('webhook', {webhook.url!r})",
     )
-    console.start()
+    module_console.start(console)
     console.wait_connected("echo")
-    yield console
-    console.close()
+    return console
 
 
 @pytest.fixture

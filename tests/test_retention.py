@@ -13,7 +13,7 @@ from django.utils import timezone
 from mcpcore import notify, retention
 from mcpcore.models import Delivery, NotificationTarget, ToolCall
 from tests import sqlrows as rows
-from tests.live import Console, wait_until
+from tests.live import wait_until
 
 DAY = datetime.timedelta(days=1)
 LONG = "".join(chr(0x61 + i % 26) for i in range(5000)) + "é" * 100  # > 1,024 characters
@@ -150,11 +150,11 @@ LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.
 
 @pytest.mark.live
 @pytest.mark.skipif(not LIBFAKETIME.exists() or not shutil.which("faketime"), reason="needs libfaketime")
-def test_it_prunes_a_history_100_days_old_on_a_serve_whose_clock_runs_ahead(tmp_path):
+def test_it_prunes_a_history_100_days_old_on_a_serve_whose_clock_runs_ahead(console):
     """Rows are written as of the real clock; serve runs 100 days later (libfaketime moves its
     whole process clock: Python's time, datetime and the event loop's), so a call made now is
     100 days old there."""
-    con = Console(tmp_path, servers={}, env={"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": "+100d"})
+    con = console({}, {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": "+100d"}, start=False)
     now = datetime.datetime.now(datetime.UTC)
     old_done = rows.row(now, status="done", result="old")  # 100 days old in serve's time
     old_pending = rows.row(now, status="pending", result="")
@@ -162,7 +162,7 @@ def test_it_prunes_a_history_100_days_old_on_a_serve_whose_clock_runs_ahead(tmp_
     fresh = rows.row(now + 95 * DAY, status="error", result=LONG)  # 5 days old
     rows.insert(con.data / "db.sqlite3", [old_done, old_pending, cut_me, fresh])
     try:
-        con.start()
+        console.start(con)
 
         def pruned():
             s = con.http.get("/v1/mcp/status").json()["storage"]

@@ -20,13 +20,12 @@ ECHO = "mcp__echo__echo"
 
 
 @pytest.fixture(scope="module")
-def c(tmp_path_factory):
-    console = Console(tmp_path_factory.mktemp("runtime"), {"echo": our_server("echo.py")})
+def c(module_console):
+    console = module_console({"echo": our_server("echo.py")}, start=False)
     (console.home / "allow_tool").write_text(f"{ECHO}\n")
-    console.start()
+    module_console.start(console)
     console.wait_connected("echo")
-    yield console
-    console.close()
+    return console
 
 
 def _row(c: Console, call_id: str) -> tuple:

@@ -83,6 +83,13 @@ def _clean_env(tmp: Path) -> dict:
     return env
 
 
+def _manage(env: dict, timeout: float, *args: str) -> subprocess.CompletedProcess:
+    """`manage.py <args>` in `env`, its output captured as text."""
+    return subprocess.run(
+        [PYTHON, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def _check_processes(tmp_path: Path, cases: dict[str, dict]) -> dict[str, subprocess.CompletedProcess]:
     """Run one `manage.py check` per case, all at once (each start-up takes about a second)."""
     procs = {}
@@ -156,14 +163,7 @@ def test_it_applies_the_sqlite_options_however_the_database_is_named(tmp_path, n
     env = _clean_env(tmp_path)
     if named == "DATABASE_URL":
         env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'elsewhere.sqlite3'}"
-    out = subprocess.run(
-        [PYTHON, "manage.py", "shell", "--no-imports", "-c", PRAGMAS],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = _manage(env, 60, "shell", "--no-imports", "-c", PRAGMAS)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["wal", "20000", "IMMEDIATE"]
     if named == "DATABASE_URL":
@@ -177,14 +177,7 @@ def test_it_creates_the_sqlite_database_owner_only_however_it_is_named(tmp_path,
     if named == "DATABASE_URL":
         path = tmp_path / "elsewhere.sqlite3"
         env["DATABASE_URL"] = f"sqlite:///{path}"
-    out = subprocess.run(
-        [PYTHON, "manage.py", "migrate", "--noinput", "-v0"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = _manage(env, 120, "migrate", "--noinput", "-v0")
     assert out.returncode == 0, out.stderr
     assert path.stat().st_size > 0  # the console's database, not an empty placeholder
     assert path.stat().st_mode & 0o777 == 0o600

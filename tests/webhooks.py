@@ -54,6 +54,12 @@ class Receiver:
         self.server.shutdown()
         self.server.server_close()
 
+    def __enter__(self) -> "Receiver":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 def verify(secret: str, headers: dict, body: bytes) -> bool:
     """Standard Webhooks verification, as the reference libraries do it."""

@@ -2,12 +2,14 @@
 can sign in, and shots at desktop and phone width."""
 
 import os
+import threading
 from pathlib import Path
 
+import httpx2
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.live import ROOT, Console
+from tests.live import ROOT, Console, Consoles
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -38,11 +40,12 @@ def need_chromium() -> None:
 
 
 def console_with_user(
-    base: Path, servers: dict, user: str, password: str, env: dict | None = None
+    made: Consoles, servers: dict | None, user: str, password: str, env: dict | None = None
 ) -> Console:
-    """A console (not started yet) with one person who can sign in."""
+    """A console (not started yet: `made.start(c)`) with one person who can sign in; `made` is
+    tests/conftest.py's `module_console`, which closes it after the module."""
     need_chromium()
-    c = Console(base, servers, env)
+    c = made(servers, env, start=False)
     c.manage(
         "shell",
         "-c",
@@ -82,3 +85,29 @@ def shoot(page: Page, name: str) -> None:
 def nav(page: Page, name: str):
     """A link of the main navigation."""
     return page.get_by_role("navigation", name="Main").get_by_role("link", name=name)
+
+
+def call_in_background(
+    console: Console, name: str, arguments: dict, token: str | None = None, **extra
+) -> dict:
+    """A confirm-mode call through /v1 with `token` (else the console's own) and any `extra`
+    fields of the body, in a thread; the dict gets its answer (`answer` waits for it)."""
+    box: dict = {}
+    body = {"name": name, "arguments": arguments, "mode": "confirm", "wait": 60, **extra}
+
+    def run():
+        headers = {"Authorization": f"Bearer {token or console.token}"}
+        with httpx2.Client(base_url=console.url, timeout=90, headers=headers) as http:
+            r = http.post("/v1/mcp/call", json=body)
+            box["status"], box["body"] = r.status_code, r.json()
+
+    box["thread"] = threading.Thread(target=run, daemon=True)
+    box["thread"].start()
+    return box
+
+
+def answer(box: dict, timeout: float = 60) -> dict:
+    """The answer of a `call_in_background`, once it came (within `timeout` seconds)."""
+    box["thread"].join(timeout)
+    assert not box["thread"].is_alive(), "the API call did not return"
+    return box

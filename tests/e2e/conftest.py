@@ -1,4 +1,10 @@
-"""The browser suites' accessibility results (tests/e2e/a11y.py), printed after the run."""
+"""The browser suites' shared page, and their accessibility results (tests/e2e/a11y.py), printed
+after the run."""
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from tests.e2e.browser import DESKTOP, TIMEOUT, launch
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -8,3 +14,17 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("axe-core and keyboard, per page")
         for line in RESULTS:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="module")
+def page(console):
+    """One Chromium page at desktop width on the module's `console` (each browser module makes
+    that fixture: `console_with_user` in tests/e2e/browser.py)."""
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        context = browser.new_context(viewport=DESKTOP, base_url=console.url)
+        context.set_default_timeout(TIMEOUT)
+        p = context.new_page()
+        yield p
+        context.close()
+        browser.close()

@@ -52,18 +52,17 @@ def receiver():
 
 
 @pytest.fixture(scope="module")
-def console(tmp_path_factory):
+def console(module_console):
     c = console_with_user(
-        tmp_path_factory.mktemp("anywhere"),
+        module_console,
         {"echo": our_server("echo.py")},
         USER,
         PASSWORD,
         {"AGENVOY_PUBLIC_URL": "https://approve.example"},
     )
-    c.start()
+    module_console.start(c)
     c.wait_connected("echo")
-    yield c
-    c.close()
+    return c
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,11 @@ import json
 import re
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from tests.e2e.browser import DESKTOP, PHONE, TIMEOUT, console_with_user, launch, shoot_into, sign_in
-from tests.live import ROOT, our_server, wait_until
-from tests.test_hooks import PERMISSION_REQUEST, check_shape
+from tests.claude_code import PERMISSION_REQUEST, check_shape, pending_of
+from tests.e2e.browser import PHONE, console_with_user, shoot_into, sign_in
+from tests.live import ROOT, our_server
 
 pytestmark = pytest.mark.e2e
 
@@ -28,19 +28,16 @@ HOOK = "/v1/hooks/claude-code"
 
 
 @pytest.fixture(scope="module")
-def console(tmp_path_factory):
-    c = console_with_user(
-        tmp_path_factory.mktemp("approvals"), {"echo": our_server("echo.py")}, USER, PASSWORD
-    )
+def console(module_console):
+    c = console_with_user(module_console, {"echo": our_server("echo.py")}, USER, PASSWORD)
     c.env["AGENVOY_PUBLIC_URL"] = c.url  # the settings block and links name this console
     # An ntfy target nobody listens on (its pushes fail and are retried): its links still work.
     c.manage(
         "shell", "-c", "from mcpcore import notify; notify.add_target('ntfy', 'http://127.0.0.1:9/phone')"
     )
-    c.start()
+    module_console.start(c)
     c.wait_connected("echo")
-    yield c
-    c.close()
+    return c
 
 
 @pytest.fixture(scope="module")
@@ -48,24 +45,6 @@ def agent(console):
     client = console.client_for("agent", "claude-laptop")
     yield client
     client.close()
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with concurrent.futures.ThreadPoolExecutor(2) as ex:
-        yield ex
-
-
-@pytest.fixture(scope="module")
-def page(console):
-    with sync_playwright() as pw:
-        browser = launch(pw)
-        context = browser.new_context(viewport=DESKTOP, base_url=console.url)
-        context.set_default_timeout(TIMEOUT)
-        p = context.new_page()
-        yield p
-        context.close()
-        browser.close()
 
 
 def nav(page, name: str):
@@ -122,13 +101,7 @@ def test_it_approves_for_an_hour_lists_the_grant_with_time_left_and_revoking_it_
     page, console, agent, pool
 ):
     held = hook(pool, agent, "browser-3", "make test")
-    item = wait_until(
-        lambda: next(
-            (p for p in console.get("/v1/pending").json()["pending"] if p["session_id"] == "cc:browser-3"),
-            None,
-        ),
-        20,
-    )
+    item = pending_of(console, "browser-3", 20)
     page.goto(f"/pending/{item['id']}/")
     page.get_by_role("button", name="Approve for 1 hour").click()
     expect(page.get_by_text("Approved for 1 hour: Bash.")).to_be_visible()
@@ -158,13 +131,7 @@ def test_it_shows_a_one_tap_link_as_a_page_with_one_button_that_decides(page, co
     from mcpcore import onetap
 
     held = hook(pool, agent, "browser-6", "terraform apply")
-    item = wait_until(
-        lambda: next(
-            (p for p in console.get("/v1/pending").json()["pending"] if p["session_id"] == "cc:browser-6"),
-            None,
-        ),
-        20,
-    )
+    item = pending_of(console, "browser-6", 20)
     link = onetap.url(console.url, console.env["DJANGO_SECRET_KEY"], item["id"], onetap.DENY, 1)
     phone = page.context.browser.new_context(viewport=PHONE)  # no session: what a phone opens
     tap = phone.new_page()

@@ -7,18 +7,18 @@ sign in, add a server, trust tools, approve and deny live calls, watch a server 
 Screenshots of the main pages at 1280 and 390 px go to artifacts/screenshots/.
 """
 
+import contextlib
 import os
 import re
 import signal
 import sqlite3
-import threading
 
 import httpx2
 import psutil
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
-from tests.e2e.browser import DESKTOP, TIMEOUT, console_with_user, launch, nav, shoot, sign_in
+from tests.e2e.browser import TIMEOUT, answer, call_in_background, console_with_user, nav, shoot, sign_in
 from tests.live import EVERYTHING, Console, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -27,23 +27,10 @@ USER, PASSWORD = "operator", "e2e-password-1"
 
 
 @pytest.fixture(scope="module")
-def console(tmp_path_factory):
-    c = console_with_user(tmp_path_factory.mktemp("e2e"), {}, USER, PASSWORD, {"AGENVOY_PING_SECONDS": "1"})
-    c.start()
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def page(console):
-    with sync_playwright() as pw:
-        browser = launch(pw)
-        context = browser.new_context(viewport=DESKTOP, base_url=console.url)
-        context.set_default_timeout(TIMEOUT)
-        p = context.new_page()
-        yield p
-        context.close()
-        browser.close()
+def console(module_console):
+    c = console_with_user(module_console, {}, USER, PASSWORD, {"AGENVOY_PING_SECONDS": "1"})
+    module_console.start(c)
+    return c
 
 
 def mark_no_reload(page: Page) -> None:
@@ -65,35 +52,11 @@ def allow_lines(console: Console) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def call_in_background(console: Console, name: str, arguments: dict, token: str | None = None) -> dict:
-    """Start a confirm-mode call through /v1 in a thread; the dict gets its answer."""
-    box: dict = {}
-
-    def run():
-        with httpx2.Client(
-            base_url=console.url, timeout=90, headers={"Authorization": f"Bearer {token or console.token}"}
-        ) as http:
-            r = http.post(
-                "/v1/mcp/call", json={"name": name, "arguments": arguments, "mode": "confirm", "wait": 60}
-            )
-            box["status"], box["body"] = r.status_code, r.json()
-
-    box["thread"] = threading.Thread(target=run, daemon=True)
-    box["thread"].start()
-    return box
-
-
 def _cmdline(proc: psutil.Process) -> list[str]:
     try:
         return proc.cmdline()
     except psutil.Error:
         return []
-
-
-def answer(box: dict, timeout: float = 60) -> dict:
-    box["thread"].join(timeout)
-    assert not box["thread"].is_alive(), "the API call did not return"
-    return box
 
 
 # --- the scenarios, in order --------------------------------------------------------------------
@@ -230,7 +193,7 @@ def test_it_creates_a_token_shown_once_and_revokes_it(page, console):
 
 def test_it_drops_a_revoked_tokens_pending_calls_from_an_open_pending_page(page, console):
     token = console._insert_token("leaving-agent", "agent")
-    with sqlite3.connect(console.data / "db.sqlite3") as db:
+    with contextlib.closing(sqlite3.connect(console.data / "db.sqlite3")) as db, db:  # commit, close
         db.execute(
             "insert into mcpcore_sessionallowance (session_id, token_id, granted_by, created_at)"
             " select 'leaving-session', id, 'op', datetime('now') from mcpcore_apitoken where name = ?",

@@ -12,15 +12,13 @@ printed at the end of the run; screenshots go to artifacts/first-run/.
 import json
 import re
 import sqlite3
-import threading
 
-import httpx2
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 import mcpcore.urls
 from tests.e2e import a11y
-from tests.e2e.browser import DESKTOP, TIMEOUT, console_with_user, launch, shoot_into, sign_in
+from tests.e2e.browser import answer, call_in_background, console_with_user, shoot_into, sign_in
 from tests.live import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -54,28 +52,15 @@ PROBLEMS: list[str] = []
 
 
 @pytest.fixture(scope="module")
-def console(tmp_path_factory):
-    c = console_with_user(tmp_path_factory.mktemp("e2e-first-run"), None, USER, PASSWORD)
+def console(module_console):
+    c = console_with_user(module_console, None, USER, PASSWORD)
     # As after `make run`: nobody has made a token yet (tests/live.py makes two for its helpers).
     db = sqlite3.connect(c.data / "db.sqlite3")
     with db:
         db.execute("delete from mcpcore_apitoken")
     db.close()
-    c.start()
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def page(console):
-    with sync_playwright() as pw:
-        browser = launch(pw)
-        context = browser.new_context(viewport=DESKTOP, base_url=console.url)
-        context.set_default_timeout(TIMEOUT)
-        p = context.new_page()
-        yield p
-        context.close()
-        browser.close()
+    module_console.start(c)
+    return c
 
 
 @pytest.fixture(scope="module")
@@ -101,37 +86,6 @@ def nav(page: Page, name: str):
 
 def pending_link(page: Page):
     return page.get_by_role("navigation", name="Main").locator('a[href="/pending/"]')
-
-
-def call_in_background(console, token: str, name: str, arguments: dict, session: str = "first-run") -> dict:
-    """A confirm-mode call of an agent through /v1, in a thread; the dict gets its answer."""
-    box: dict = {}
-
-    def run():
-        with httpx2.Client(
-            base_url=console.url, timeout=90, headers={"Authorization": f"Bearer {token}"}
-        ) as h:
-            r = h.post(
-                "/v1/mcp/call",
-                json={
-                    "name": name,
-                    "arguments": arguments,
-                    "mode": "confirm",
-                    "wait": 60,
-                    "session_id": session,
-                },
-            )
-            box["status"], box["body"] = r.status_code, r.json()
-
-    box["thread"] = threading.Thread(target=run, daemon=True)
-    box["thread"].start()
-    return box
-
-
-def answer(box: dict, timeout: float = 60) -> dict:
-    box["thread"].join(timeout)
-    assert not box["thread"].is_alive(), "the API call did not return"
-    return box
 
 
 # --- the scenarios, in order --------------------------------------------------------------------
@@ -195,7 +149,7 @@ def test_it_walks_the_first_run_path_from_a_fresh_data_folder(page, console, age
     seen(page, "server-detail", "the example, nothing trusted")
     shoot(page, "5-server-time")
 
-    box = call_in_background(console, token, NOW, {"timezone": "UTC"})
+    box = call_in_background(console, NOW, {"timezone": "UTC"}, token, session_id="first-run")
     nav(page, "Pending").click()
     item = page.locator("article.pending", has=page.get_by_text(NOW))
     expect(item).to_be_visible()
@@ -223,7 +177,7 @@ def test_it_walks_the_first_run_path_from_a_fresh_data_folder(page, console, age
 
 
 def test_it_approves_from_the_pending_page_with_the_keyboard_alone(page, console, agent):
-    box = call_in_background(console, agent["token"], CONVERT, convert_args(), session="kb-1")
+    box = call_in_background(console, CONVERT, convert_args(), agent["token"], session_id="kb-1")
     page.goto("/pending/")
     item = page.locator("article.pending", has=page.get_by_text(CONVERT))
     expect(item).to_be_visible()
@@ -236,7 +190,7 @@ def test_it_approves_from_the_pending_page_with_the_keyboard_alone(page, console
     assert done["body"]["status"] == "done", done
 
     # Space on "Approve for session" (and the session allowance it makes is shown).
-    box = call_in_background(console, agent["token"], CONVERT, convert_args(), session="kb-2")
+    box = call_in_background(console, CONVERT, convert_args(), agent["token"], session_id="kb-2")
     page.goto("/pending/")
     item = page.locator("article.pending", has=page.get_by_text(CONVERT))
     expect(item).to_be_visible()
@@ -247,7 +201,7 @@ def test_it_approves_from_the_pending_page_with_the_keyboard_alone(page, console
     expect(page.locator("table.allowances")).to_contain_text("kb-2")
 
     # A denial with a reason typed in, then Enter from the Reason field.
-    box = call_in_background(console, agent["token"], CONVERT, convert_args(), session="kb-3")
+    box = call_in_background(console, CONVERT, convert_args(), agent["token"], session_id="kb-3")
     page.goto("/pending/")
     item = page.locator("article.pending", has=page.get_by_text(CONVERT))
     expect(item).to_be_visible()
@@ -279,7 +233,7 @@ def outline_of(page: Page) -> str:
 
 def test_it_passes_axe_and_the_tab_walk_on_every_other_page(page, console, agent):
     # Pending, with an item (and a session allowance), and an item's own page, pending and ended.
-    box = call_in_background(console, agent["token"], NOW, {"timezone": "Asia/Tokyo"}, session="walk")
+    box = call_in_background(console, NOW, {"timezone": "Asia/Tokyo"}, agent["token"], session_id="walk")
     page.goto("/pending/")
     item = page.locator("article.pending", has=page.get_by_text(NOW))
     expect(item).to_be_visible()

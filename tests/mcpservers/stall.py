@@ -15,12 +15,11 @@ mcp = MCPServer("stall", instructions="Stall server instructions.", log_level="W
 
 @mcp.tool()
 async def stall() -> str:
-    """Never returns (until cancelled)."""
+    """Never returns: once cancelled, it writes "stall cancelled" to stderr."""
     try:
-        await asyncio.Event().wait()
-    except asyncio.CancelledError:
+        await asyncio.Event().wait()  # ends only by cancellation
+    finally:
         print("stall cancelled", file=sys.stderr, flush=True)
-        raise
     return "unreachable"
 
 
