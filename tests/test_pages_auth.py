@@ -29,10 +29,11 @@ def test_it_walks_every_page_of_the_console():
     assert "/pending/6f1d2b1c-0000-4000-8000-000000000001/" in PAGES
     assert len(PAGES) == len(mcpcore.urls.urlpatterns)
     # Everything under the site root that is not /v1, /login or /logout is one of these, but for
-    # two routes without a session: one-tap links (the action token is the credential, SPEC
-    # 17.2) and the JSON 404s MCP clients probe for (17.4); both are checked below.
+    # three routes without a session: one-tap links (the action token is the credential, SPEC
+    # 17.2) and the JSON 404s MCP clients probe for (17.4), both checked below, and `/metrics`
+    # (an admin token or an allowed address, 18.3: tests/test_metrics.py).
     names = {p.name for p in get_resolver().url_patterns if isinstance(p, URLPattern)}
-    assert names == {"login", "logout", "one-tap", "well-known-not-found"}
+    assert names == {"login", "logout", "one-tap", "well-known-not-found", "metrics"}
 
 
 @pytest.mark.django_db

@@ -116,7 +116,6 @@ async def run(sup: Supervisor, tool: str, arguments: dict) -> ToolCall:
         status="running",
         started_at=timezone.now(),
         worker=sup.name,
-        attempts=1,
     )
     with anyio.fail_after(60):
         stored = await sup.run(call)
