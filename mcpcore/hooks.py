@@ -55,7 +55,7 @@ def _permission_request(call: "ToolCall", timed_out: bool) -> dict:
         return {}
     if call.status == CallStatus.DONE:
         decision: dict[str, object] = {"behavior": "allow"}
-    elif call.status == "aborted":
+    elif call.status == CallStatus.ABORTED:
         decision = {"behavior": "deny", "message": ABORTED, "interrupt": True}
     else:
         decision = {"behavior": "deny", "message": _denial(call)}
@@ -68,7 +68,7 @@ def _pre_tool_use(call: "ToolCall", wait: float, timed_out: bool) -> dict:
         decision, reason = "ask", timed_out_text(wait)
     elif call.status == CallStatus.DONE:
         decision, reason = "allow", f"Approved in the console by {call.decided_by or 'the console'}"
-    elif call.status == "aborted":
+    elif call.status == CallStatus.ABORTED:
         decision, reason = "deny", ABORTED
         out = {"continue": False, "stopReason": ABORTED}
     else:
