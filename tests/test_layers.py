@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, set[str], set[str]]] = [
             "mcpcore.channellayer",
             "mcpcore.metrics",
             "mcpcore.retention",
+            "mcpcore.oauth",
         },
         {"pure"},
     ),
