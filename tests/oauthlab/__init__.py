@@ -7,7 +7,7 @@ lacks is added beside it, never patched in: a consent page, the `client_credenti
 route in front of the SDK's token route that hands every other grant to the SDK's handler) and
 plain JSON test controls under `/_lab/` (tests/oauthlab/app.py).
 
-    python -m tests.oauthlab --port P [--access-ttl SECONDS] [--client ID:SECRET] [--state FILE]
+    python -m tests.oauthlab --port P [--access-ttl SECONDS] [--client ID:SECRET[:post]] [--state FILE]
 
 prints `oauthlab ready <url>` once it listens. tests/oauthlab/run.py starts and stops it for tests.
 """

@@ -1,4 +1,4 @@
-"""`python -m tests.oauthlab --port P [--access-ttl SECONDS] [--client ID:SECRET] [--state FILE]`:
+"""`python -m tests.oauthlab --port P [--access-ttl SECONDS] [--client ID:SECRET[:post]] [--state FILE]`:
 the lab on 127.0.0.1:P (0 picks a free port), printing `oauthlab ready http://127.0.0.1:P` once
 it accepts connections."""
 
@@ -18,7 +18,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--access-ttl", type=int, default=3600, help="access token lifetime, seconds")
     parser.add_argument(
-        "--client", action="append", default=[], metavar="ID:SECRET", help="a client-credentials client"
+        "--client",
+        action="append",
+        default=[],
+        metavar="ID:SECRET[:post]",
+        help="a client-credentials client (HTTP Basic at the token endpoint; `:post`: the secret in the form)",
     )
     parser.add_argument("--state", type=Path, help="keep clients and tokens in this file across restarts")
     args = parser.parse_args()

@@ -312,10 +312,16 @@ class LabProvider:
 
 
 def client_credentials_client(spec: str, scopes: list[str]) -> OAuthClientInformationFull:
-    """`ID:SECRET` from the command line: a confidential client for the client-credentials grant."""
+    """`ID:SECRET[:basic|:post]` from the command line: a confidential client for the
+    client-credentials grant, authenticating at the token endpoint with HTTP Basic (the default:
+    RFC 6749 2.3.1 has every authorization server support it) or with the secret in the form.
+    As at many real servers, the SDK's authenticator then accepts that method only."""
     client_id, _, secret = spec.partition(":")
+    method = "basic"
+    if secret.endswith((":basic", ":post")):
+        secret, _, method = secret.rpartition(":")
     if not client_id or not secret:
-        raise SystemExit(f"--client wants ID:SECRET, not {spec!r}")
+        raise SystemExit(f"--client wants ID:SECRET[:basic|:post], not {spec!r}")
     return OAuthClientInformationFull(
         client_id=client_id,
         client_secret=secret,
@@ -323,7 +329,7 @@ def client_credentials_client(spec: str, scopes: list[str]) -> OAuthClientInform
         client_secret_expires_at=0,
         redirect_uris=None,
         grant_types=["client_credentials"],
-        token_endpoint_auth_method="client_secret_basic",
+        token_endpoint_auth_method="client_secret_post" if method == "post" else "client_secret_basic",
         scope=" ".join(scopes),
         client_name=f"{client_id} (client credentials)",
     )

@@ -6,12 +6,15 @@ the same port with the same state file (clients and tokens kept). The `/_lab/` c
     lab.mcp_url            # the protected MCP server, for mcp.json
     lab.stats()["refreshes"], lab.issued_secrets(), lab.fail_refresh(1), lab.token_garbage("html")
     lab.close()
+
+`consent(url)` and `authorize(api, web, name)` play a person's part of the flow without a browser.
 """
 
 import os
 import signal
 import subprocess
 from pathlib import Path
+from urllib.parse import quote, urlsplit
 
 import httpx2
 
@@ -33,7 +36,7 @@ class Lab:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self.access_ttl = access_ttl
-        self.clients = dict(clients or {})
+        self.clients = dict(clients or {})  # id -> secret; "secret:post" for a form-secret client
         self.state = folder / "oauthlab-state.json" if keep_state else None
         self.port = 0  # chosen by the first start, kept by the next ones
         self.url = ""
@@ -148,3 +151,52 @@ class Lab:
     def expire_access(self) -> dict:
         """Every access token issued so far is expired from now on."""
         return self._post("/_lab/expire-access", {})
+
+
+# --- a person's part of the flow, without a browser ----------------------------------------------
+
+
+def consent(authorize_url: str, decision: str = "approve") -> str:
+    """What a browser does with an authorization URL of this lab: follow it to the consent page,
+    press `Approve` (or `Deny`), and return where the lab sends the browser back (the client's
+    redirect URI with `code`, `state` and `iss`, or with `error=access_denied`)."""
+    with httpx2.Client(timeout=20) as browser:
+        r = browser.get(authorize_url)
+        assert r.status_code == 302, f"authorize answered {r.status_code}: {r.text[:500]}"
+        page = r.headers["location"]
+        assert "/consent?request=" in page, page
+        shown = browser.get(page)
+        assert shown.status_code == 200 and "Approve" in shown.text, shown.text[:500]
+        request_id = page.split("request=", 1)[1]
+        r = browser.post(page.split("?")[0], data={"request": request_id, "decision": decision})
+        assert r.status_code == 302, r.text[:500]
+        return r.headers["location"]
+
+
+def path_of(url: str) -> str:
+    """`/oauth/callback?...` of an absolute URL, to send to whichever web process a test picks."""
+    parts = urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+def authorize(
+    api: httpx2.Client, web: httpx2.Client, name: str, decision: str = "approve"
+) -> httpx2.Response:
+    """The whole authorization-code flow of SPEC 16.2 for server `name`: started with `api` (an
+    admin token: POST /v1/mcp/authorize), consented at the lab, finished by `web` (a signed-in
+    person's session, on any web process) at the console's callback. The callback's answer."""
+    r = api.post("/v1/mcp/authorize", json={"name": name})
+    assert r.status_code == 200, r.text
+    back = consent(r.json()["url"], decision)
+    return web.get(path_of(back))
+
+
+def leaks(secrets: list[str], places: dict[str, bytes]) -> list[str]:
+    """Where any of `secrets` shows in clear (also URL-encoded, since a token could travel in a
+    query string): `"<place>: <first 10 characters>..."` for each find; [] when none."""
+    found = []
+    for where, blob in places.items():
+        for secret in secrets:
+            if secret.encode() in blob or quote(secret, safe="").encode() in blob:
+                found.append(f"{where}: {secret[:10]}...")
+    return found
