@@ -117,6 +117,27 @@ class Postgres:
             == 0
         )
 
+    def dump(self) -> bytes:
+        """The whole database as `pg_dump` writes it (plain SQL): every row, as stored."""
+        out = subprocess.run(
+            self._wrap(
+                [
+                    str(self.bin / "pg_dump"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-U",
+                    "agenvoy",
+                    "agenvoy",
+                ]
+            ),
+            capture_output=True,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"pg_dump failed: {out.stderr[-2000:]!r}")
+        return out.stdout
+
     def stop(self) -> None:
         self.proc.terminate()
         try:

@@ -19,16 +19,21 @@ SERVERS = [f"s{i}" for i in range(1, 6)]
 
 class Cluster:
     """Redis, PostgreSQL, two web processes (daphne) and two `mcpworker`s, with five of our
-    echo servers (`SERVERS`) in mcp.json."""
+    echo servers (`SERVERS`) in mcp.json, or the mcp.json `servers` given, and `allow` lines in
+    allow_tool."""
 
-    def __init__(self) -> None:
+    def __init__(self, servers: dict | None = None, allow: list[str] | None = None) -> None:
         self.base = Path(tempfile.mkdtemp(prefix="agenvoy-scale-"))
         os.chmod(self.base, 0o755)
         self.redis = Redis(self.base)
         self.pg = Postgres(self.base)
         home = self.base / "home"
         home.mkdir()
-        (home / "mcp.json").write_text(json.dumps({"servers": {n: our_server("echo.py") for n in SERVERS}}))
+        if servers is None:
+            servers = {n: our_server("echo.py") for n in SERVERS}
+        (home / "mcp.json").write_text(json.dumps({"servers": servers}))
+        if allow:
+            (home / "allow_tool").write_text("".join(f"{line}\n" for line in allow))
         self.env = {
             **os.environ,
             "DATABASE_URL": self.pg.url,
@@ -50,15 +55,15 @@ class Cluster:
         return manage(self.env, *args)
 
     def _spawn(self, name: str, cmd: list[str], **env: str) -> subprocess.Popen:
-        log = open(self.base / f"{name}.log", "ab")
-        proc = subprocess.Popen(
-            cmd,
-            env={**self.env, **env},
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(self.base / f"{name}.log", "ab") as log:  # the child keeps its own copy
+            proc = subprocess.Popen(
+                cmd,
+                env={**self.env, **env},
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.procs[name] = proc
         return proc
 
