@@ -3,7 +3,6 @@ server of tests/oauthlab/ and a live console: detection and `needs_authorization
 authorization-code flow through the consent page and `/oauth/callback`, the failures of the
 flow, client credentials, renewal (before expiry, after a restart, refused) and forgetting."""
 
-import sqlite3
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
@@ -114,3 +113,263 @@ def test_it_detects_a_server_that_asks_for_oauth_and_connects_it_after_a_person_
                 assert secret not in text
     finally:
         web.close()
+
+
+def page_saying(web, text: str, path: str = "/servers/lab/") -> str:
+    def found() -> str | None:
+        page = web.get(path).text
+        return page if text in page else None
+
+    return wait_until(found, 30, 0.2, what=f"{text!r} on {path}")
+
+
+def tokens_row(c, name: str = "lab") -> tuple:
+    rows = db_rows(
+        c,
+        "select tokens, client_info, expires_at, authorized_by from mcpcore_oauthaccount where server_name = ?",
+        name,
+    )
+    return rows[0] if rows else ("", "", None, "")
+
+
+@pytest.mark.live
+def test_it_refuses_unknown_used_and_replaced_states_and_keeps_what_the_person_denied(console, lab):
+    c = start_console(console, {"lab": {"url": lab.mcp_url, "oauth": {}}})
+    wait_state(c, "needs_authorization")
+    web = signed_in(c)
+    try:
+        r = web.get("/oauth/callback?state=nope&code=abc")
+        assert r.status_code == 400 and "authorization failed: unknown or expired state" in r.text
+        # A second flow replaces the first: the first state is then unknown.
+        first = c.post("/v1/mcp/authorize", {"name": "lab"}).json()["url"]
+        back = consent(first)
+        r = authorize(c, web, "deny")
+        assert r.status_code == 302
+        assert tokens_row(c)[0] == ""
+        page = web.get("/servers/lab/").text
+        assert "authorization failed: access_denied" in page
+        assert state_of(c)["state"] == "needs_authorization"
+        r = web.get(back.removeprefix(c.url))
+        assert r.status_code == 400 and "authorization failed: unknown or expired state" in r.text
+        # A used state is unknown too, and nothing is stored for it.
+        r = authorize(c, web)
+        assert r.status_code == 302
+        c.wait_connected("lab")
+        used = lab.authorize_requests()[-1]["state"]
+        r = web.get(f"/oauth/callback?state={used}&code=again")
+        assert r.status_code == 400 and "authorization failed: unknown or expired state" in r.text
+        # The callback needs a signed-in person.
+        with httpx2.Client(base_url=c.url, timeout=20) as stranger:
+            r = stranger.get(f"/oauth/callback?state={used}&code=x")
+            assert r.status_code == 302 and "/login/" in r.headers["location"]
+    finally:
+        web.close()
+
+
+@pytest.mark.live
+def test_it_answers_the_authorize_api_as_the_contract_says(console, lab):
+    c = start_console(
+        console,
+        {
+            "lab": {"url": lab.mcp_url, "oauth": {}},
+            "plain": {"command": "true"},
+            "machine": {
+                "url": lab.mcp_url,
+                "oauth": {
+                    "grant": "client_credentials",
+                    "client_id": MACHINE[0],
+                    "client_secret": MACHINE[1],
+                },
+            },
+        },
+    )
+    assert c.post("/v1/mcp/authorize", {"name": "nope"}).json() == {"error": "server not found"}
+    r = c.post("/v1/mcp/authorize", {"name": "plain"})
+    assert (r.status_code, r.json()) == (400, {"error": "server plain does not use OAuth authorization"})
+    r = c.post("/v1/mcp/authorize", {"name": "machine"})
+    assert (r.status_code, r.json()) == (400, {"error": "server machine does not use OAuth authorization"})
+    assert c.post("/v1/mcp/authorize", {}).status_code == 400
+    with c.client_for("agent") as agent:
+        r = agent.post("/v1/mcp/authorize", json={"name": "lab"})
+        assert (r.status_code, r.json()) == (403, {"error": "this token may not change servers"})
+    wait_state(c, "needs_authorization")
+    r = c.post("/v1/mcp/authorize", {"name": "lab"})
+    assert r.status_code == 200
+    query = parse_qs(urlsplit(r.json()["url"]).query)
+    assert query["redirect_uri"] == [f"{c.url}/oauth/callback"] and query["code_challenge_method"] == ["S256"]
+    # The masked secret round-trips (SPEC 16.3, 12.3).
+    listing = c.get("/v1/mcp").json()["servers"]["machine"]
+    assert listing["oauth"]["client_secret"] == "********"
+    assert c.post("/v1/mcp", {"name": "machine", "server": listing}).status_code == 200
+    assert '"client_secret": "machine-secret-4711"' in (c.home / "mcp.json").read_text()
+
+
+@pytest.mark.live
+def test_it_connects_a_machine_account_and_says_when_the_authorization_server_refuses_it(console, lab):
+    c = start_console(
+        console,
+        {
+            "machine": {
+                "url": lab.mcp_url,
+                "oauth": {
+                    "grant": "client_credentials",
+                    "client_id": MACHINE[0],
+                    "client_secret": "$LAB_SECRET",
+                },
+            },
+            "wrong": {
+                "url": lab.mcp_url,
+                "oauth": {
+                    "grant": "client_credentials",
+                    "client_id": MACHINE[0],
+                    "client_secret": "not-it-at-all",
+                },
+            },
+        },
+        LAB_SECRET=MACHINE[1],
+    )
+    st = c.wait_connected("machine")["machine"]
+    assert st["oauth"]["grant"] == "client_credentials" and st["oauth"]["authorized"] is True
+    assert st["oauth"]["authorized_by"] is None
+    assert c.call("mcp__machine__whoami", {}, mode="auto").json()["status"] == "done"
+    assert lab.stats()["client_credentials"] >= 1
+    st = wait_state(c, "error", "wrong")
+    assert st["Error"] == "authorization server refused the client: invalid_client"
+    assert "not-it-at-all" not in c.log_text() and MACHINE[1] not in c.log_text()
+    assert c.get("/v1/mcp").json()["servers"]["machine"]["oauth"]["client_secret"] == "********"
+
+
+@pytest.mark.live
+def test_it_forgets_an_authorization_and_answers_503_for_the_tools_until_authorized_again(console, lab):
+    c = start_console(console, {"lab": {"url": lab.mcp_url, "oauth": {"scopes": ["lab.read"]}}})
+    wait_state(c, "needs_authorization")
+    web = signed_in(c)
+    try:
+        authorize(c, web)
+        st = c.wait_connected("lab")["lab"]
+        assert st["oauth"]["scopes"] == ["lab.read"]  # the configured scopes, not the server's
+        assert lab.authorize_requests()[-1]["scope"] == "lab.read"
+        page = web.get("/servers/lab/")
+        csrf = web.cookies["csrftoken"]
+        r = web.post(
+            "/servers/lab/forget-authorization/",
+            data={"csrfmiddlewaretoken": csrf},
+            headers={"Referer": c.url + "/servers/lab/"},
+        )
+        assert r.status_code == 302, page.status_code
+        wait_state(c, "needs_authorization")
+        assert tokens_row(c)[0] == ""
+        r = c.call(WHOAMI, {}, mode="auto")
+        assert (r.status_code, r.json()["error"]) == (
+            503,
+            f"server lab needs authorization: {c.url}/servers/lab/",
+        )
+    finally:
+        web.close()
+
+
+@pytest.mark.live
+def test_it_says_what_went_wrong_when_the_authorization_server_is_down_or_answers_garbage(console, lab):
+    c = start_console(console, {"lab": {"url": lab.mcp_url, "oauth": {}}})
+    wait_state(c, "needs_authorization")
+    web = signed_in(c)
+    try:
+        lab.token_garbage("html")
+        r = authorize(c, web)
+        assert r.status_code == 302
+        page_saying(
+            web, "authorization failed: the authorization server answered with something that is not a token"
+        )
+        assert state_of(c)["state"] == "needs_authorization" and tokens_row(c)[0] == ""
+        lab.token_garbage("off")
+        lab.stop()
+        r = c.post("/v1/mcp/authorize", {"name": "lab"})
+        assert r.status_code == 502
+        assert r.json()["error"].startswith("authorization failed: the authorization server can't be reached")
+        assert state_of(c)["state"] == "needs_authorization"
+    finally:
+        web.close()
+
+
+def calls_keep_working(c, lab, refreshes: int, timeout: float = 40) -> None:
+    """Call the tool again and again (each must succeed) until the lab counts `refreshes`."""
+
+    def renewed() -> bool:
+        answer = c.call(WHOAMI, {}, mode="auto").json()
+        assert answer["status"] == "done", answer
+        return lab.stats()["refreshes"] >= refreshes
+
+    wait_until(renewed, timeout, 0.3, what=f"{refreshes} renewals")
+
+
+@pytest.mark.live
+def test_it_renews_short_lived_tokens_before_they_expire_and_after_a_restart(console, tmp_path):
+    lab = Lab(tmp_path / "lab5", access_ttl=5).start()
+    try:
+        c = start_console(console, {"lab": {"url": lab.mcp_url, "oauth": {}}})
+        wait_state(c, "needs_authorization")
+        web = signed_in(c)
+        try:
+            authorize(c, web)
+        finally:
+            web.close()
+        c.wait_connected("lab")
+        calls_keep_working(c, lab, 3)
+        assert lab.stats()["mcp_expired_token"] == 0
+        exchanges = lab.stats()["code_exchanges"]
+        c.stop()
+        # Down long enough for the stored access token to expire: after the restart it is
+        # renewed, never sent.
+        wait_until(lambda: expired(c), 30, 0.2, what="the stored token expired")
+        console.start(c)
+        c.wait_connected("lab")
+        before = lab.stats()["refreshes"]
+        calls_keep_working(c, lab, before + 2)
+        stats = lab.stats()
+        assert stats["code_exchanges"] == exchanges  # no new authorization
+        assert stats["mcp_expired_token"] == 0 and stats["refresh_reused"] == 0
+    finally:
+        lab.close()
+
+
+def expired(c) -> bool:
+    import datetime
+
+    rows = db_rows(c, "select expires_at from mcpcore_oauthaccount where server_name = 'lab'")
+    when = datetime.datetime.fromisoformat(rows[0][0]).replace(tzinfo=datetime.UTC)
+    return when < datetime.datetime.now(datetime.UTC)
+
+
+@pytest.mark.live
+def test_it_goes_back_to_needs_authorization_and_tells_people_when_a_renewal_is_refused(console, tmp_path):
+    lab = Lab(tmp_path / "lab5", access_ttl=5).start()
+    try:
+        c = start_console(console, {"lab": {"url": lab.mcp_url, "oauth": {}}})
+        c.manage(
+            "shell",
+            "-c",
+            "from mcpcore import notify; notify.add_target('webhook', 'http://127.0.0.1:9/hook')",
+        )
+        wait_state(c, "needs_authorization")
+        web = signed_in(c)
+        try:
+            authorize(c, web)
+        finally:
+            web.close()
+        c.wait_connected("lab")
+        lab.fail_refresh(-1)
+        st = wait_state(c, "needs_authorization", timeout=30)
+        assert st["Error"] == "needs authorization" and st["oauth"]["authorized"] is False
+        assert lab.stats()["refusals"].get("invalid_grant", 0) >= 1
+        assert tokens_row(c)[0] == ""
+        rows = db_rows(c, "select body from mcpcore_delivery where event_type = 'server.needs_authorization'")
+        assert len(rows) == 1
+        import json
+
+        body = json.loads(rows[0][0])
+        assert body["type"] == "server.needs_authorization"
+        assert body["data"] == {"server": "lab", "url": f"{c.url}/servers/lab/"}
+        for secret in lab.issued_secrets():
+            assert secret not in rows[0][0]
+    finally:
+        lab.close()

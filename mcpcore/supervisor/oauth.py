@@ -87,6 +87,8 @@ def _why(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     if isinstance(exc, httpx2.ConnectError):
         return f"the authorization server can't be reached ({exc})"
+    if str(exc).startswith("Invalid token response"):
+        return "the authorization server answered with something that is not a token"
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:300]
 
@@ -246,7 +248,6 @@ def machine_provider(name: str, config: dict) -> MachineProvider:
             storage,
             client_id=str(settings_.get("client_id") or ""),
             client_secret=transport.expand(str(settings_.get("client_secret") or "")),
-            token_endpoint_auth_method="client_secret_post",
             scope=_scopes(config),
         )
     return provider
