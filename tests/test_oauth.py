@@ -1,13 +1,21 @@
 """Servers that need OAuth (SPEC 16), against the real authorization server and protected MCP
 server of tests/oauthlab/ and a live console: detection and `needs_authorization`, the
 authorization-code flow through the consent page and `/oauth/callback`, the failures of the
-flow, client credentials, renewal (before expiry, after a restart, refused) and forgetting."""
+flow, client credentials, renewal (before expiry, after a restart, refused) and forgetting;
+and in process, the encrypted rows, the expiry the provider loads, and the pure helpers."""
 
+import datetime
+import json
+import time
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 import pytest
+from django.utils import timezone
 
+from mcpcore import notify, oauth, schemas
+from mcpcore.models import OAuthAccount, mask_config, unmask_config
+from mcpcore.supervisor import oauth as upstream
 from tests.live import db_rows, signed_in, wait_until
 from tests.oauthlab.run import Lab
 
@@ -333,8 +341,6 @@ def test_it_renews_short_lived_tokens_before_they_expire_and_after_a_restart(con
 
 
 def expired(c) -> bool:
-    import datetime
-
     rows = db_rows(c, "select expires_at from mcpcore_oauthaccount where server_name = 'lab'")
     when = datetime.datetime.fromisoformat(rows[0][0]).replace(tzinfo=datetime.UTC)
     return when < datetime.datetime.now(datetime.UTC)
@@ -364,8 +370,6 @@ def test_it_goes_back_to_needs_authorization_and_tells_people_when_a_renewal_is_
         assert tokens_row(c)[0] == ""
         rows = db_rows(c, "select body from mcpcore_delivery where event_type = 'server.needs_authorization'")
         assert len(rows) == 1
-        import json
-
         body = json.loads(rows[0][0])
         assert body["type"] == "server.needs_authorization"
         assert body["data"] == {"server": "lab", "url": f"{c.url}/servers/lab/"}
@@ -373,3 +377,135 @@ def test_it_goes_back_to_needs_authorization_and_tells_people_when_a_renewal_is_
             assert secret not in rows[0][0]
     finally:
         lab.close()
+
+
+# --- in-process: the rows, the provider's expiry, the pure helpers ---------------------------
+
+TOKENS = {
+    "access_token": "at-4f1c9e2b7a65d3f0",
+    "refresh_token": "rt-9b8a7c6d5e4f3a21",
+    "token_type": "Bearer",
+    "expires_in": 60,
+    "scope": "lab.read lab.write",
+}
+URL = "http://127.0.0.1:9/mcp"
+
+
+@pytest.mark.django_db
+def test_it_keeps_tokens_encrypted_and_gives_them_back_only_for_the_same_address(settings):
+    oauth.store_client("s", URL, {"client_id": "c-1", "client_secret": "cs-5e6f7a8b9c0d"})
+    oauth.store_tokens("s", URL, TOKENS, authorized_by="op")
+    raw = OAuthAccount.objects.values_list("tokens", "client_info").get(server_name="s")
+    for secret in ("at-4f1c9e2b7a65d3f0", "rt-9b8a7c6d5e4f3a21", "cs-5e6f7a8b9c0d"):
+        assert all(secret not in column for column in raw)
+    tokens, client, expires_at = oauth.load("s", URL)
+    assert tokens == TOKENS and client == {"client_id": "c-1", "client_secret": "cs-5e6f7a8b9c0d"}
+    assert abs((expires_at - timezone.now()).total_seconds() - 60) < 5
+    account = OAuthAccount.objects.get(server_name="s")
+    assert (account.authorized_by, account.scopes) == ("op", ["lab.read", "lab.write"])
+    assert oauth.load("s", "http://elsewhere/mcp") == (None, None, None)
+    # A renewal keeps who authorized; the rotated refresh token is in the same write.
+    oauth.store_tokens("s", URL, {**TOKENS, "access_token": "at-2", "refresh_token": "rt-2"})
+    account.refresh_from_db()
+    assert (account.authorized_by, account.renewals) == ("op", 1)
+    assert oauth.load("s", URL)[0]["refresh_token"] == "rt-2"
+    # Rows sealed under another secret key are as good as gone.
+    settings.SECRET_KEY = "another-secret-key"
+    assert oauth.load("s", URL)[0] is None
+    settings.SECRET_KEY = "test-secret-key-not-for-production"
+    assert oauth.forget("s") is True and oauth.load("s", URL)[0] is None
+    assert oauth.load("s", URL)[1] is not None  # the registration stays
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_loads_the_stored_expiry_so_an_expired_token_is_renewed_not_sent(settings):
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(oauth.store_client)("s", URL, {"client_id": "c-1", "redirect_uris": [URL]})
+    await sync_to_async(oauth.store_tokens)("s", URL, TOKENS, "op")
+    config = {"url": URL, "oauth": {}}
+    provider = upstream.auth_code_provider("s", config)
+    await provider._initialize()
+    assert provider.context.is_token_valid()
+    assert abs(provider.context.token_expiry_time - (time.time() + 60)) < 5
+    past = timezone.now() - datetime.timedelta(seconds=1)
+    await OAuthAccount.objects.filter(server_name="s").aupdate(expires_at=past)
+    provider = upstream.auth_code_provider("s", config)
+    await provider._initialize()
+    assert not provider.context.is_token_valid() and provider.context.can_refresh_token()
+
+
+def test_it_adds_authorize_params_without_overriding_the_protocols():
+    url = "https://as/authorize?response_type=code&state=s1&client_id=c"
+    got = parse_qs(urlsplit(upstream.with_params(url, {"state": "evil", "prompt": "consent"})).query)
+    assert got["state"] == ["s1"] and got["prompt"] == ["consent"] and got["client_id"] == ["c"]
+
+
+def test_it_renews_at_80_percent_of_the_lifetime():
+    now = datetime.datetime.now(datetime.UTC)
+    due = upstream.renew_in(now, now + datetime.timedelta(seconds=100))
+    assert 79 <= due <= 80
+    assert upstream.renew_in(now, None) is None
+
+
+def test_it_tells_ntfy_that_a_server_needs_authorization():
+    body = json.loads(
+        notify.payload(notify.NEEDS_AUTHORIZATION, timezone.now(), {"server": "lab", "url": "u"})
+    )
+    text, headers = notify.ntfy_request(body)
+    assert text == "lab needs authorization" and headers["Click"] == "u"
+
+
+def test_it_masks_the_client_secret_and_keeps_it_when_the_mask_comes_back():
+    stored = {
+        "url": URL,
+        "oauth": {"grant": "client_credentials", "client_id": "m", "client_secret": "s3cr3t!"},
+    }
+    masked = mask_config(stored)
+    assert masked["oauth"]["client_secret"] == "********" and stored["oauth"]["client_secret"] == "s3cr3t!"
+    assert unmask_config(masked, stored)["oauth"]["client_secret"] == "s3cr3t!"
+    moved = {**masked, "url": "http://elsewhere/mcp"}
+    with pytest.raises(ValueError, match="secret values must be entered again"):
+        unmask_config(moved, stored)
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"url": URL, "oauth": []}, "server.oauth must be an object"),
+        (
+            {"url": URL, "oauth": {"grant": "password"}},
+            "server.oauth.grant must be authorization_code or client_credentials",
+        ),
+        ({"url": URL, "oauth": {"scopes": "a b"}}, "server.oauth.scopes must be a list of strings"),
+        ({"url": URL, "oauth": {"client_secret": 7}}, "server.oauth.client_secret must be a string"),
+        (
+            {"url": URL, "oauth": {"authorize_params": {"a": 1}}},
+            "server.oauth.authorize_params must be an object of strings",
+        ),
+        (
+            {"url": URL, "oauth": {"grant": "client_credentials"}},
+            "server.oauth with client_credentials needs client_id and client_secret",
+        ),
+        ({"command": "x", "oauth": {}}, "server.oauth applies to streamable-http and sse servers only"),
+    ],
+)
+def test_it_checks_the_oauth_key(config, message):
+    with pytest.raises(schemas.InputError) as caught:
+        schemas.server_config(config)
+    assert caught.value.message == message
+
+
+@pytest.mark.live
+def test_it_does_not_retry_a_server_that_needs_authorization(console, lab):
+    c = start_console(console, {"lab": {"url": lab.mcp_url}})
+    wait_state(c, "needs_authorization")
+    asked = lab.stats()["mcp_unauthorized"]
+    # A failed server is retried after 2.5-7.5 s; one that needs a person is not, for as long
+    # as we look (12 s, measured by the lab's count of refused requests).
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline:
+        assert state_of(c)["state"] == "needs_authorization"
+        assert lab.stats()["mcp_unauthorized"] == asked
+        time.sleep(0.5)
