@@ -148,8 +148,15 @@ def test_it_refuses_unknown_used_and_replaced_states_and_keeps_what_the_person_d
     try:
         r = web.get("/oauth/callback?state=nope&code=abc")
         assert r.status_code == 400 and "authorization failed: unknown or expired state" in r.text
-        # A second flow replaces the first: the first state is then unknown.
-        first = c.post("/v1/mcp/authorize", {"name": "lab"}).json()["url"]
+        # The page's Authorize sends the browser to the authorization server; a second flow
+        # replaces that first one: its state is then unknown.
+        r = web.post(
+            "/servers/lab/authorize/",
+            data={"csrfmiddlewaretoken": web.cookies["csrftoken"]},
+            headers={"Referer": c.url + "/servers/lab/"},
+        )
+        assert r.status_code == 302 and r.headers["location"].startswith(f"{lab.url}/authorize?")
+        first = r.headers["location"]
         back = consent(first)
         r = authorize(c, web, "deny")
         assert r.status_code == 302
