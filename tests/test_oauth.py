@@ -516,3 +516,17 @@ def test_it_does_not_retry_a_server_that_needs_authorization(console, lab):
         assert state_of(c)["state"] == "needs_authorization"
         assert lab.stats()["mcp_unauthorized"] == asked
         time.sleep(0.5)
+
+
+@pytest.mark.django_db
+def test_it_forgets_a_removed_servers_tokens(agenvoy_home):
+    from mcpcore import files
+
+    (agenvoy_home / "mcp.json").write_text(json.dumps({"servers": {"s": {"url": URL, "oauth": {}}}}))
+    files.sync_servers()
+    oauth.store_tokens("s", URL, TOKENS, authorized_by="op")
+    oauth.new_flow("s", "op")
+    (agenvoy_home / "mcp.json").write_text(json.dumps({"servers": {}}))
+    files.sync_servers()
+    assert oauth.load("s", URL) == (None, None, None)
+    assert not oauth.OAuthFlow.objects.filter(server_name="s").exists()
