@@ -131,6 +131,8 @@ def authorize_problem(name: str) -> tuple[str, int] | None:
 def page_info(server: Server) -> dict | None:
     """What the server page shows of its OAuth standing (SPEC 16.1): `status_item` with the
     times as datetimes and the latest flow's failure; None: no OAuth. Never a token."""
+    if server.transport not in (Transport.STREAMABLE_HTTP, Transport.SSE):
+        return None  # no query for a stdio server's page
     account = account_for(server.name)
     item = status_item(server, account)
     if item is None:

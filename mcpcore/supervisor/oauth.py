@@ -16,6 +16,7 @@ Outside a flow the redirect handler raises `NeedsAuthorization`: nobody is there
 """
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import re
@@ -24,6 +25,7 @@ import warnings
 from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import anyio
 import httpx2
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
@@ -87,6 +89,8 @@ def _why(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     if isinstance(exc, httpx2.ConnectError):
         return f"the authorization server can't be reached ({exc})"
+    if str(exc).startswith("Invalid token response"):
+        return "the authorization server answered with something that is not a token"
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:300]
 
@@ -246,23 +250,32 @@ def machine_provider(name: str, config: dict) -> MachineProvider:
             storage,
             client_id=str(settings_.get("client_id") or ""),
             client_secret=transport.expand(str(settings_.get("client_secret") or "")),
-            token_endpoint_auth_method="client_secret_post",
             scope=_scopes(config),
         )
     return provider
 
 
-async def probe(provider: httpx2.Auth, url: str) -> int:
+SHIELD_SECONDS = 60.0  # the most a renewal may hold up the stop of its session
+
+
+async def probe(provider: httpx2.Auth, url: str, shielded: bool = False) -> int:
     """One request to the server through `provider`: tokens are loaded, renewed or fetched on
     the way, and errors of the OAuth side come back here as exceptions rather than inside a
-    session's transport. The answer's status (a protected server gives 401 without a token)."""
-    async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(30.0)) as http:
-        response = await http.post(
-            url,
-            json={"jsonrpc": "2.0", "id": "agenvoy-oauth-probe", "method": "ping"},
-            headers={"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": PROBE_PROTOCOL},
-        )
-        return response.status_code
+    session's transport. The answer's status (a protected server gives 401 without a token).
+    `shielded` (renewals, not a person's flow): a stop waits for it (bounded), so a refresh
+    token the authorization server has rotated is never lost between its answer and the row."""
+    with anyio.CancelScope(shield=shielded):
+        with anyio.fail_after(SHIELD_SECONDS) if shielded else contextlib.nullcontext():
+            async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(30.0)) as http:
+                response = await http.post(
+                    url,
+                    json={"jsonrpc": "2.0", "id": "agenvoy-oauth-probe", "method": "ping"},
+                    headers={
+                        "Accept": "application/json, text/event-stream",
+                        "MCP-Protocol-Version": PROBE_PROTOCOL,
+                    },
+                )
+    return response.status_code
 
 
 async def asks_for_oauth(config: dict) -> bool:
@@ -291,7 +304,7 @@ async def ready(server: Server, grant: str) -> Provider:
     if grant == GrantType.CLIENT_CREDENTIALS:
         machine = machine_provider(server.name, server.config)
         try:
-            await probe(machine, oauth.server_url(server.config))
+            await probe(machine, oauth.server_url(server.config), shielded=True)
         except Exception:
             if machine.refused:
                 raise ClientRefused(machine.refused) from None
@@ -305,7 +318,7 @@ async def ready(server: Server, grant: str) -> Provider:
     url = oauth.server_url(server.config)
     for attempt in range(2):
         try:
-            await probe(provider, url)
+            await probe(provider, url, shielded=True)
             return provider
         except NeedsAuthorization:
             if provider.refused in oauth.REFUSALS:
@@ -333,7 +346,7 @@ async def renew(provider: Provider, url: str) -> None:
     the authorization server refused the refresh token."""
     provider.expire_now()
     try:
-        await probe(provider, url)
+        await probe(provider, url, shielded=True)
     except NeedsAuthorization:
         raise NeedsAuthorization(provider.refused) from None
     except Exception:
