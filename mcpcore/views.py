@@ -1270,14 +1270,20 @@ def server_authorize(request: HtmxRequest, name: str) -> HttpResponse:
     send the browser to the authorization server (SPEC 16.2)."""
     server = _get_server_or_404(name)
     problem = oauth.authorize_problem(server.name)
+    url = ""
     if problem is not None:
         messages.error(request, problem[0])
-        return redirect("server-detail", server.name)
-    try:
-        url = async_to_sync(control.authorize)(server.name, request.user.get_username())
-    except control.AuthorizeRefused as exc:
-        messages.error(request, str(exc))
-        return redirect("server-detail", server.name)
+    else:
+        try:
+            url = async_to_sync(control.authorize)(server.name, request.user.get_username())
+        except control.AuthorizeRefused as exc:
+            messages.error(request, str(exc))
+    return _go(request, url or reverse("server-detail", args=[server.name]))
+
+
+def _go(request: HtmxRequest, url: str) -> HttpResponse:
+    """Send the browser to `url`: a redirect, or for htmx (the buttons of rows and panels the
+    live socket re-rendered, which carry the CSRF token in the body's headers) `HX-Redirect`."""
     if request.htmx:
         response = HttpResponse(status=204)
         response["HX-Redirect"] = url
@@ -1294,7 +1300,7 @@ def server_forget(request: HtmxRequest, name: str) -> HttpResponse:
     oauth.forget(server.name)
     async_to_sync(control.reconnect)(server.name)
     messages.success(request, f"Forgot the authorization of {server.name}.")
-    return redirect("server-detail", server.name)
+    return _go(request, reverse("server-detail", args=[server.name]))
 
 
 @login_required

@@ -264,14 +264,16 @@ def test_it_forgets_an_authorization_and_answers_503_for_the_tools_until_authori
         st = c.wait_connected("lab")["lab"]
         assert st["oauth"]["scopes"] == ["lab.read"]  # the configured scopes, not the server's
         assert lab.authorize_requests()[-1]["scope"] == "lab.read"
-        page = web.get("/servers/lab/")
-        csrf = web.cookies["csrftoken"]
-        r = web.post(
-            "/servers/lab/forget-authorization/",
-            data={"csrfmiddlewaretoken": csrf},
-            headers={"Referer": c.url + "/servers/lab/"},
-        )
-        assert r.status_code == 302, page.status_code
+        # The buttons post with htmx (the CSRF token in the body's headers: a row or panel the
+        # live socket re-rendered has none in its form) and are sent on with HX-Redirect.
+        web.get("/servers/lab/")
+        htmx = {
+            "HX-Request": "true",
+            "X-CSRFToken": web.cookies["csrftoken"],
+            "Referer": c.url + "/servers/lab/",
+        }
+        r = web.post("/servers/lab/forget-authorization/", headers=htmx)
+        assert (r.status_code, r.headers["HX-Redirect"]) == (204, "/servers/lab/")
         wait_state(c, "needs_authorization")
         assert tokens_row(c)[0] == ""
         r = c.call(WHOAMI, {}, mode="auto")
@@ -279,6 +281,8 @@ def test_it_forgets_an_authorization_and_answers_503_for_the_tools_until_authori
             503,
             f"server lab needs authorization: {c.url}/servers/lab/",
         )
+        r = web.post("/servers/lab/authorize/", headers=htmx)
+        assert r.status_code == 204 and r.headers["HX-Redirect"].startswith(f"{lab.url}/authorize?")
     finally:
         web.close()
 
