@@ -62,11 +62,6 @@ def test_it_shows_a_server_added_by_url_as_needing_authorization(page, console, 
     shoot(page, "oauth-needs-authorization")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Authorize form in a row the live socket re-rendered has no CSRF token "
-    "(rendered without a request) and is a plain POST, so Django answers 403",
-)
 def test_it_authorizes_from_the_row_the_live_socket_updated(page, console, lab):
     # The row goes from connecting to needs_authorization by push, as a person sees it happen
     # when a server is added: a reconnect makes the socket send the row again.
@@ -82,7 +77,7 @@ def test_it_authorizes_from_the_row_the_live_socket_updated(page, console, lab):
 
 
 def test_it_authorizes_through_the_consent_page_and_connects(page, console, lab):
-    page.goto("/")  # a fresh render of the Servers page (see the test above)
+    page.goto("/")  # a fresh render of the Servers page this time
     page.locator("#server-lab").get_by_role("button", name="Authorize").click()
     expect(page).to_have_url(re.compile(re.escape(lab.url) + r"/consent\?request="))
     expect(page.get_by_role("heading", name=re.compile("^Authorize "))).to_be_visible()
