@@ -133,6 +133,7 @@ def lab(tmp_path_factory):
 
 
 def test_it_refuses_the_mcp_server_without_a_token(lab):
+    before = lab.stats()["mcp_unauthorized"]
     r = httpx2.post(lab.mcp_url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=10)
     assert r.status_code == 401
     assert r.headers["www-authenticate"].startswith("Bearer ")
@@ -144,6 +145,23 @@ def test_it_refuses_the_mcp_server_without_a_token(lab):
     assert metadata["resource"] == lab.mcp_url and metadata["authorization_servers"] == [lab.url]
     r = httpx2.post(lab.mcp_url, json={}, headers={"Authorization": "Bearer lab_at_made-up"}, timeout=10)
     assert r.status_code == 401
+    assert lab.stats()["mcp_unauthorized"] == before + 2
+
+
+@pytest.mark.asyncio
+async def test_it_counts_an_expired_access_token_sent_to_the_mcp_server(lab):
+    storage = Memory()
+    await call(lab, person_provider(lab, storage, Person()), "echo", {"text": "x"})
+    before = lab.stats()
+    assert lab.expire_access()["expired"] >= 1
+    bearer = {"Authorization": f"Bearer {storage.tokens.access_token}"}
+    r = httpx2.post(
+        lab.mcp_url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=bearer, timeout=10
+    )
+    assert r.status_code == 401
+    after = lab.stats()
+    assert after["mcp_expired_token"] == before["mcp_expired_token"] + 1
+    assert after["mcp_unauthorized"] == before["mcp_unauthorized"] + 1
 
 
 @pytest.mark.asyncio

@@ -15,6 +15,7 @@ import base64
 import hashlib
 import html
 import json
+import time
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode
 
@@ -247,9 +248,10 @@ def lab_routes(provider: LabProvider, authorize_requests: list[dict]) -> list[Ro
         return JSONResponse({"mode": provider.token_garbage, "count": provider.garbage_left})
 
     async def expire_access(request: Request) -> Response:
-        """Every access token issued so far expires now (a test's shortcut to 'later')."""
+        """Every access token issued so far has expired (a test's shortcut to 'later')."""
+        past = int(time.time()) - 1  # not 0: the SDK's bearer check reads 0 as "never expires"
         for token in provider.data.access.values():
-            token.expires_at = 0
+            token.expires_at = past
         provider.save()
         return JSONResponse({"expired": len(provider.data.access)})
 
