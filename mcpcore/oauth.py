@@ -261,7 +261,7 @@ def callback(state: str, code: str, error: str, person: str, iss: str = "") -> O
         return None
     fields: dict[str, Any] = {"finished_by": person}
     if error:
-        fields |= {"status": FlowStatus.FAILED, "error": f"authorization failed: {error}"}
+        fields |= {"status": FlowStatus.FAILED, "error": f"authorization failed: {error[:200]}"}
     else:
         fields |= {"status": FlowStatus.CODE, "code": seal({"code": code, "iss": iss or None})}
     if OAuthFlow.objects.filter(id=flow.id, status=FlowStatus.WAITING).update(**fields) != 1:

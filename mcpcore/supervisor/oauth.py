@@ -237,7 +237,12 @@ def auth_code_provider(
     return provider
 
 
-def machine_provider(name: str, config: dict) -> MachineProvider:
+MACHINE_METHODS = ("client_secret_basic", "client_secret_post")
+
+
+def machine_provider(name: str, config: dict, method: str = MACHINE_METHODS[0]) -> MachineProvider:
+    """A machine account's provider, sending its secret by `method` (HTTP Basic, which every
+    authorization server must take, or in the form)."""
     settings_ = _settings(config)
     url = oauth.server_url(config)
     storage = DbTokenStorage(name, url)
@@ -250,9 +255,37 @@ def machine_provider(name: str, config: dict) -> MachineProvider:
             storage,
             client_id=str(settings_.get("client_id") or ""),
             client_secret=transport.expand(str(settings_.get("client_secret") or "")),
+            token_endpoint_auth_method=method,  # type: ignore[arg-type]
             scope=_scopes(config),
         )
     return provider
+
+
+async def _machine_ready(server: Server) -> MachineProvider:
+    """Client credentials, by the way of sending the secret that worked last (kept with the
+    account), else HTTP Basic first and the form second: an authorization server that
+    registered the client for the other one answers `invalid_client` to the first."""
+    url = oauth.server_url(server.config)
+    _tokens, client, _e = await db.run(oauth.load, server.name, url)
+    last = (client or {}).get("token_endpoint_auth_method")
+    methods = sorted(MACHINE_METHODS, key=lambda m: m != last)
+    refused = ""
+    for method in methods:
+        machine = machine_provider(server.name, server.config, method)
+        try:
+            await probe(machine, url, shielded=True)
+        except Exception:
+            if not machine.refused:
+                raise
+            refused = refused or machine.refused
+            if machine.refused != "invalid_client":
+                break
+            continue
+        if method != last:
+            record = {"client_id": machine._fixed_client_info.client_id, "token_endpoint_auth_method": method}
+            await db.run(oauth.store_client, server.name, url, record)
+        return machine
+    raise ClientRefused(refused)
 
 
 SHIELD_SECONDS = 60.0  # the most a renewal may hold up the stop of its session
@@ -302,14 +335,7 @@ async def ready(server: Server, grant: str) -> Provider:
     a 401: the SDK would not try its refresh token then). Raises NeedsAuthorization (no
     tokens, or a refused renewal: `refused` says which) or ClientRefused."""
     if grant == GrantType.CLIENT_CREDENTIALS:
-        machine = machine_provider(server.name, server.config)
-        try:
-            await probe(machine, oauth.server_url(server.config), shielded=True)
-        except Exception:
-            if machine.refused:
-                raise ClientRefused(machine.refused) from None
-            raise
-        return machine
+        return await _machine_ready(server)
     provider = auth_code_provider(server.name, server.config)
     storage = provider.context.storage
     assert isinstance(storage, DbTokenStorage)
