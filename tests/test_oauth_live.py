@@ -23,11 +23,14 @@ pytestmark = pytest.mark.live
 
 TTL = 5  # seconds an access token lives at the lab
 MACHINE_SECRET = "machine-secret-8c1f2e"
+FORM_SECRET = "form-secret-77b1d4"
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    clients = {"machine": MACHINE_SECRET}  # registered for HTTP Basic, as the SDK's client sends it
+    # "machine" is registered for HTTP Basic (as the SDK's client sends it), "form-machine" for
+    # the secret in the form, which the console falls back to when Basic is refused.
+    clients = {"machine": MACHINE_SECRET, "form-machine": f"{FORM_SECRET}:post"}
     lab = Lab(tmp_path_factory.mktemp("lab"), access_ttl=TTL, clients=clients).start()
     yield lab
     lab.close()
@@ -214,6 +217,35 @@ def test_it_shows_a_refused_machine_account_as_an_error(console, lab):
     other.close()
 
 
+def test_it_connects_a_machine_account_that_sends_its_secret_in_the_form(console, lab):
+    oauth = {"grant": "client_credentials", "client_id": "form-machine", "client_secret": "$FORM_SECRET"}
+    other = console({"form": {"url": lab.mcp_url, "oauth": oauth}}, start=False, FORM_SECRET=FORM_SECRET)
+    (other.home / "allow_tool").write_text("mcp__form__*\n")
+    refused = lab.stats()["refusals"].get("invalid_client", 0)
+    try:
+        console.start(other)
+        other.wait_connected("form")
+        assert whoami(other, "form")["client_id"] == "form-machine"
+        # HTTP Basic first (refused: this client was registered for the form), then the form.
+        after_first = lab.stats()
+        assert after_first["refusals"]["invalid_client"] >= refused + 1
+        other.stop()
+        # Down past the token's lifetime, so that serve must ask for a new one when it is back.
+        last = max(e["at"] for e in lab.events() if e.get("client_id") == "form-machine")
+        wait_until(lambda: time.time() > last + TTL + 0.5, TTL + 5, what="the form-machine token expired")
+        other.start()
+        other.wait_connected("form")
+        assert whoami(other, "form")["client_id"] == "form-machine"
+        # The way that worked is kept with the account: no refused attempt after the restart.
+        after_restart = lab.stats()
+        assert after_restart["refusals"]["invalid_client"] == after_first["refusals"]["invalid_client"]
+        assert (
+            after_restart["client_credentials"] > after_first["client_credentials"]
+        )  # the 5 s token had expired
+    finally:
+        other.close()
+
+
 # --- failures -----------------------------------------------------------------------------------
 
 
@@ -305,9 +337,11 @@ def test_it_fails_cleanly_while_the_authorization_server_is_down(c, lab, web):
 def test_it_shows_no_issued_token_anywhere_in_clear(c, lab, web, receiver):
     secrets = lab.issued_secrets()
     issued = lab.tokens()
-    # The console registers itself as a public client (PKCE, no secret): the one secret is the
-    # configured machine account's.
-    assert issued["access"] and issued["refresh"] and issued["client_secrets"] == [MACHINE_SECRET]
+    # The console registers itself as a public client (PKCE, no secret): the secrets are the
+    # configured machine accounts'.
+    assert (
+        issued["access"] and issued["refresh"] and issued["client_secrets"] == [MACHINE_SECRET, FORM_SECRET]
+    )
     # The search itself finds what it looks for (the lab's own state file holds them in clear).
     assert leaks(secrets[:1], {"lab state": (lab.folder / "oauthlab-state.json").read_bytes()})
 
