@@ -373,7 +373,6 @@ def test_it_shows_no_issued_token_anywhere_in_clear(c, lab, web, receiver):
         places[path] = r.content
     for n, req in enumerate(receiver.requests):
         places[f"webhook payload {n}"] = req["body"] + json.dumps(req["headers"]).encode()
-    assert receiver.requests  # the refused renewal's notification at least
     assert leaks(secrets, places) == []
 
 
