@@ -84,19 +84,16 @@ class Server(models.Model):
         return names.server_prefix(self.name)
 
     @property
-    def misconfigured(self) -> bool:
-        return self.transport == ""
-
-    @property
     def is_connected(self) -> bool:
         return self.state == ServerState.CONNECTED
 
     @property
+    def misconfigured(self) -> bool:
+        return self.transport == ""
+
+    @property
     def is_connecting(self) -> bool:
         return self.state == ServerState.CONNECTING
-
-    def masked_config(self) -> dict:
-        return mask_config(self.config)
 
     @staticmethod
     def hash_config(config: dict) -> str:
@@ -219,9 +216,6 @@ class AllowEntry(models.Model):
 
     class Meta:
         ordering = ["entry"]
-
-    def __str__(self) -> str:
-        return self.entry
 
 
 class ApiToken(models.Model):
@@ -361,12 +355,12 @@ class ToolCall(models.Model):
         return f"{self.tool_name} ({self.status})"
 
     @property
-    def ended(self) -> bool:
-        return self.status in CALL_ENDED
-
-    @property
     def is_pending(self) -> bool:
         return self.status == CallStatus.PENDING
+
+    @property
+    def ended(self) -> bool:
+        return self.status in CALL_ENDED
 
     @property
     def is_permission_prompt(self) -> bool:
@@ -522,9 +516,6 @@ class ToolPin(models.Model):
     class Meta:
         ordering = ["registered_name"]
 
-    def __str__(self) -> str:
-        return self.registered_name
-
 
 class RuleLine(models.Model):
     """One rule of the last good `rules` file: what stays in force while the file has a bad
@@ -592,10 +583,6 @@ class Delivery(models.Model):
         return f"{self.event_type} to {self.target_id} ({self.status})"
 
     @property
-    def is_pending(self) -> bool:
-        return self.status == DeliveryStatus.PENDING
-
-    @property
     def badge(self) -> str:
         """The status badge it shares with calls: sent looks done, failed looks like an error."""
         badges: dict[str, str] = {
@@ -603,6 +590,10 @@ class Delivery(models.Model):
             DeliveryStatus.FAILED: CallStatus.ERROR,
         }
         return badges.get(self.status, CallStatus.PENDING)
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == DeliveryStatus.PENDING
 
 
 # --- cache generation (issue 11) ----------------------------------------------------------------
