@@ -1,54 +1,43 @@
 """The console's vocabulary: every state, status, kind and decision it stores or answers with.
 
 The values are the contract (SPEC 5, 7, 13, 15): agents and pages read them as these exact
-strings, so each member's value is its wire form and, where a page shows it, its label too
-(`Wire`: the label is the value; only token roles have labels of their own, for the Role select).
+strings, so each member's value is its wire form and, where a page shows it, its label too.
 Members are `str`s: they compare, hash, serialise to JSON and render in templates as the value.
 Pure: imports nothing of the console and needs no settings.
 """
 
-from enum import property as enum_property
-
 from django.db.models import TextChoices
 
 
-class Wire(TextChoices):
-    """Choices whose label is their value: the word of the contract is also the word shown."""
-
-    @enum_property
-    def label(self) -> str:
-        return self.value
-
-
-class ServerState(Wire):
+class ServerState(TextChoices):
     """What the supervisor last observed of a server (`Server.state`)."""
 
-    CONNECTED = "connected"
-    CONNECTING = "connecting"
-    ERROR = "error"
-    DISABLED = "disabled"
+    CONNECTED = "connected", "connected"
+    CONNECTING = "connecting", "connecting"
+    ERROR = "error", "error"
+    DISABLED = "disabled", "disabled"
 
 
-class Transport(Wire):
+class Transport(TextChoices):
     """How the console reaches a server (`Server.transport`; `type` in `mcp.json`)."""
 
-    STDIO = "stdio"
-    STREAMABLE_HTTP = "streamable-http"
-    SSE = "sse"
+    STDIO = "stdio", "stdio"
+    STREAMABLE_HTTP = "streamable-http", "streamable-http"
+    SSE = "sse", "sse"
 
 
-class CallStatus(Wire):
+class CallStatus(TextChoices):
     """Where a tool call is (`ToolCall.status`): live while pending or running, then ended."""
 
-    PENDING = "pending"
-    RUNNING = "running"
-    DONE = "done"
-    ERROR = "error"
-    SKIPPED = "skipped"
-    EXPIRED = "expired"
-    ABORTED = "aborted"
-    CANCELLED = "cancelled"
-    INTERRUPTED = "interrupted"
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+    ERROR = "error", "error"
+    SKIPPED = "skipped", "skipped"
+    EXPIRED = "expired", "expired"
+    ABORTED = "aborted", "aborted"
+    CANCELLED = "cancelled", "cancelled"
+    INTERRUPTED = "interrupted", "interrupted"
 
 
 # The one place that says which statuses are live and which are final (as plain strings, so
@@ -57,23 +46,23 @@ CALL_LIVE: frozenset[str] = frozenset({CallStatus.PENDING.value, CallStatus.RUNN
 CALL_ENDED: frozenset[str] = frozenset(CallStatus.values) - CALL_LIVE
 
 
-class Mode(Wire):
+class Mode(TextChoices):
     """The gate's mode as recorded on a call (`ToolCall.mode`); a request's `single-confirm` and
     `always-allow` are aliases of these (`gate.MODES`)."""
 
-    CONFIRM = "confirm"
-    AUTO = "auto"
+    CONFIRM = "confirm", "confirm"
+    AUTO = "auto", "auto"
 
 
-class CallKind(Wire):
+class CallKind(TextChoices):
     """What a call asks (`ToolCall.kind`): a tool of an MCP server, or a permission prompt
     (SPEC 13.5) about an agent's own tool, which never runs on a server."""
 
-    TOOL_CONFIRM = "tool_confirm"
-    PERMISSION_PROMPT = "permission_prompt"
+    TOOL_CONFIRM = "tool_confirm", "tool_confirm"
+    PERMISSION_PROMPT = "permission_prompt", "permission_prompt"
 
 
-class CallDecision(Wire):
+class CallDecision(TextChoices):
     """Who or what let a call run or stopped it (`ToolCall.decision`; empty while pending).
 
     The gate's own: `auto`, `allowlist`, `session` (an allowance), `grant` (a time-boxed or
@@ -81,33 +70,33 @@ class CallDecision(Wire):
     `deny`, `abort`. The clock's: `expired`.
     """
 
-    AUTO = "auto"
-    ALLOWLIST = "allowlist"
-    SESSION = "session"
-    RULE = "rule"
-    GRANT = "grant"
-    APPROVE = "approve"
-    REMEMBER = "remember"
-    DENY = "deny"
-    ABORT = "abort"
-    EXPIRED = "expired"
+    AUTO = "auto", "auto"
+    ALLOWLIST = "allowlist", "allowlist"
+    SESSION = "session", "session"
+    RULE = "rule", "rule"
+    GRANT = "grant", "grant"
+    APPROVE = "approve", "approve"
+    REMEMBER = "remember", "remember"
+    DENY = "deny", "deny"
+    ABORT = "abort", "abort"
+    EXPIRED = "expired", "expired"
 
 
-class RuleDecision(Wire):
+class RuleDecision(TextChoices):
     """What an argument rule (SPEC 14.2) says, in the order they win: deny, then ask, then allow."""
 
-    DENY = "deny"
-    ASK = "ask"
-    ALLOW = "allow"
+    DENY = "deny", "deny"
+    ASK = "ask", "ask"
+    ALLOW = "allow", "allow"
 
 
-class Via(Wire):
+class Via(TextChoices):
     """The door a call came in by (`ToolCall.via`): `/v1/mcp/call` (and the pages), `/mcp`, or
     Claude Code's HTTP hooks (`/v1/hooks/claude-code`, SPEC 17.1)."""
 
-    REST = "rest"
-    MCP = "mcp"
-    HOOK = "hook"
+    REST = "rest", "rest"
+    MCP = "mcp", "mcp"
+    HOOK = "hook", "hook"
 
 
 class TokenRole(TextChoices):
@@ -118,16 +107,16 @@ class TokenRole(TextChoices):
     ADMIN = "admin", "Admin"
 
 
-class TargetKind(Wire):
+class TargetKind(TextChoices):
     """Where a notification goes (SPEC 15): a Standard Webhooks endpoint or an ntfy topic."""
 
-    WEBHOOK = "webhook"
-    NTFY = "ntfy"
+    WEBHOOK = "webhook", "webhook"
+    NTFY = "ntfy", "ntfy"
 
 
-class DeliveryStatus(Wire):
+class DeliveryStatus(TextChoices):
     """One message to one target (`Delivery.status`): waiting (or between retries), or final."""
 
-    PENDING = "pending"
-    SENT = "sent"
-    FAILED = "failed"
+    PENDING = "pending", "pending"
+    SENT = "sent", "sent"
+    FAILED = "failed", "failed"
