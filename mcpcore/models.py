@@ -261,7 +261,9 @@ class ApiToken(models.Model):
     # Limited to views (SPEC 19): it sees only the tools of `views`, none when it has none
     # left. Fixed when it is made, like the role; an unlimited token sees everything.
     view_limited = models.BooleanField(default=False, db_default=False)
-    views = models.ManyToManyField("View", blank=True, related_name="tokens")
+    views: "models.ManyToManyField[View, Any]" = models.ManyToManyField(
+        "View", blank=True, related_name="tokens"
+    )
     # Not columns: set on the rows of the tokens page for display (views._token_rows), the
     # grants in force by its Prefetch(to_attr="grants").
     used_ago: str
