@@ -160,6 +160,8 @@ def find_tool(endpoint: str, name: str, token: ApiToken | None) -> Tool | None:
         if hit is not None and exposed(hit, ALL) == name:
             return hit
     # A shortened name: only the shortening itself can say which tool it stands for.
+    if not names.may_be_shortened(name):
+        return None
     seen = endpoint_tools(endpoint, token, connected_only=False)
     return next((t for t in seen if exposed(t, ALL) == name), None)
 
