@@ -71,10 +71,11 @@ def clean_patterns(patterns: Iterable[str]) -> list[str]:
 class Selection:
     """One view's patterns, compiled: `selection(name)` says whether the tool is in the view."""
 
-    __slots__ = ("_include", "_exclude")
+    __slots__ = ("include", "_include", "_exclude")
 
     def __init__(self, include: Iterable[str], exclude: Iterable[str]) -> None:
-        self._include = allowlist.Matcher(include)
+        self.include = tuple(include)  # what a query may narrow by before the exact check
+        self._include = allowlist.Matcher(self.include)
         self._exclude = allowlist.Matcher(exclude)
 
     def __call__(self, registered: str) -> bool:
@@ -85,11 +86,21 @@ class Scope:
     """What a token limited to views may see: the tools of any of its views (none at all when
     it has no view left). `views` are the names of those views."""
 
-    __slots__ = ("views", "_selections")
+    __slots__ = ("views", "include", "_selections")
 
     def __init__(self, views: dict[str, Selection]) -> None:
         self.views = frozenset(views)
         self._selections = tuple(views.values())
+        self.include = tuple(p for s in self._selections for p in s.include)
 
     def __call__(self, registered: str) -> bool:
         return any(s(registered) for s in self._selections)
+
+
+def split_patterns(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(exact names, prefixes) of patterns: what a database query can select them by."""
+    exact: list[str] = []
+    prefixes: list[str] = []
+    for p in patterns:
+        (prefixes if p.endswith("*") else exact).append(p.removesuffix("*"))
+    return exact, prefixes

@@ -10,6 +10,7 @@ clients whose list it changes get `list_changed` (SPEC 13.2).
 from collections.abc import Callable, Iterable
 
 from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from . import cache, control, toolviews
@@ -47,6 +48,24 @@ def remove(name: str) -> bool:
         found.delete()  # and its rows in the tokens' views
     changed()
     return True
+
+
+def prefilter(rows: QuerySet[Tool], *narrowings: object) -> QuerySet[Tool]:
+    """`rows` cut down in the database to the tools the includes of these narrowings (each a
+    `toolviews.Selection` or `Scope`, or None) may hold: a superset of what they select (SQL
+    `LIKE` ignores case), so the exact check (`narrow`) still follows."""
+    for narrowing in narrowings:
+        include = getattr(narrowing, "include", None)
+        if include is None:
+            continue
+        exact, prefixes = toolviews.split_patterns(include)
+        if "" in prefixes:
+            continue  # `*`: every tool
+        q = Q(registered_name__in=exact)
+        for prefix in prefixes:
+            q |= Q(registered_name__startswith=prefix)
+        rows = rows.filter(q)
+    return rows
 
 
 def holds(visible: Visible, registered: str) -> bool:

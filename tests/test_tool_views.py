@@ -308,3 +308,12 @@ def test_it_makes_a_token_limited_to_views_on_the_tokens_page_with_the_views_url
         rf'<tr id="token-{token.pk}".*?</tr>', signed_in.get("/tokens/").content.decode(), re.S
     ).group(0)
     assert "none left: sees no tools" in row
+
+
+def test_it_keeps_a_views_patterns_case_exact_where_sql_would_not(admin, client, tools):
+    upper = Server.objects.create(name="GH", state="connected", transport="stdio")
+    Tool.objects.create(server=upper, tool_name="list", registered_name="mcp__GH__list")
+    admin.post("/v1/views", {"name": "gh", "include": ["mcp__gh__*", "mcp__fs__READ_FILE"]})
+    agent = limited(client, "gh")
+    names = [t["name"] for t in agent.get("/v1/mcp/tools").json()["tools"]]
+    assert names == ["mcp__gh__create_issue", "mcp__gh__delete_repo", "mcp__gh__list"]

@@ -74,8 +74,9 @@ def allowlist_view(request: ApiRequest) -> JsonResponse:
 
 @api_view(("GET",))
 def mcp_tools(request: ApiRequest) -> JsonResponse:
-    tools = list(Tool.objects.select_related("server").order_by("registered_name"))
-    tools = viewstore.narrow(tools, cache.scope(request.api_token))
+    scope = cache.scope(request.api_token)
+    rows = viewstore.prefilter(Tool.objects.select_related("server"), scope)
+    tools = viewstore.narrow(rows.order_by("registered_name"), scope)
     trust = files.trust_states(tools)
     return JsonResponse({"tools": [{**t.to_dict(), "trust": trust[t.registered_name]} for t in tools]})
 

@@ -97,6 +97,9 @@ def endpoint_tools(endpoint: str, token: ApiToken | None, connected_only: bool =
         rows = rows.filter(server__name=server)
     if connected_only:
         rows = rows.filter(server__enabled=True, server__state=ServerState.CONNECTED)
+    view = view_name(endpoint)
+    # A view's tools are read by its patterns, not picked out of every tool.
+    rows = viewstore.prefilter(rows, cache.scope(token), viewstore.selection_of(view) if view else None)
     return viewstore.narrow(
         rows.order_by("server__name", "position", "tool_name"), visible_for(endpoint, token)
     )
