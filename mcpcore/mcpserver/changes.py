@@ -66,7 +66,7 @@ class Changes:
         return self._listen[key]
 
     async def on_listen(self, ctx, params):
-        """`subscriptions/listen` (2026-07-28): one stream per call, fed by the view's bus."""
+        """`subscriptions/listen` (2026-07-28): one stream per call, fed by its audience's bus."""
         token, endpoint = handlers.caller(ctx)
         key = audience(endpoint, token)
         self._tokens.setdefault(key, token)

@@ -190,9 +190,9 @@ def admits(endpoint: str | None, token: ApiToken) -> bool:
 
 
 def instructions_for(endpoint: str, token: ApiToken | None) -> str:
-    """SPEC 13.1: the block of SPEC 6 for the servers in view; a server's own text on its path;
-    on `/mcp/v/<view>` the view's description first (SPEC 19). For a token limited to views,
-    only servers with a tool it sees are in view."""
+    """SPEC 13.1: the block of SPEC 6 for the servers the client sees; a server's own text on
+    its path; on `/mcp/v/<view>` the view's description first (SPEC 19). For a token limited to
+    views, and on a view's endpoint, only servers with a tool the client sees count."""
     if endpoint == PERMISSION:
         return ""
     server = server_of(endpoint)
