@@ -11,6 +11,7 @@ import httpx2
 import mcp_types
 import pytest
 from mcp import MCPError
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from mcpcore import names
 from tests.live import everything_stdio, our_server
@@ -18,6 +19,7 @@ from tests.mcpclients import TsClient, in_thread, mcp_client
 
 pytestmark = pytest.mark.live
 
+MODERN = "2026-07-28"
 ERAS = ["legacy", "auto"]  # the 2025-11-25 handshake, and 2026-07-28 (what auto picks here)
 PICK = {
     "name": "pick",
@@ -145,6 +147,41 @@ def test_it_refuses_a_limited_tokens_rest_call_byte_for_byte_as_a_missing_tool(c
         assert hidden == missing == (404, "application/json", b'{"error": "unknown tool: <name>"}')
         ran = http.post("/v1/mcp/call", json={"name": "mcp__every__echo", "arguments": {"message": "hi"}})
         assert ran.status_code == 200 and ran.json()["result"] == "Echo: hi"
+
+
+def _raw_call(http: httpx2.Client, path: str, name: str) -> tuple[int, str, bytes]:
+    """A 2026-07-28 `tools/call` written by hand: the whole HTTP answer, the name blanked."""
+    meta = {
+        PROTOCOL_VERSION_META_KEY: MODERN,
+        CLIENT_CAPABILITIES_META_KEY: {},
+        CLIENT_INFO_META_KEY: {"name": "views-test", "version": "1"},
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": {}, "_meta": meta},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": name,
+    }
+    r = http.post(path, json=body, headers=headers)
+    return r.status_code, r.headers.get("content-type", ""), r.content.replace(name.encode(), b"<name>")
+
+
+def test_it_refuses_a_limited_tokens_mcp_call_byte_for_byte_as_a_missing_tool(c, bot):
+    with httpx2.Client(base_url=c.url, headers={"Authorization": f"Bearer {bot}"}, timeout=30) as http:
+        for path, hidden, missing in (
+            ("/mcp", "every__get-tiny-image", "every__no_such_tool"),
+            ("/mcp/every", "get-tiny-image", "no-such-tool"),
+            ("/mcp/v/pick", "dyn__add_tool", "dyn__no_such_tool"),
+        ):
+            a, b = _raw_call(http, path, hidden), _raw_call(http, path, missing)
+            assert a == b, (path, a, b)
+            assert b"unknown tool: <name>" in a[2] and b"-32602" in a[2], a
 
 
 async def _until_told(c, path: str, mode: str, token: str | None, change) -> tuple[float, set[str]]:
