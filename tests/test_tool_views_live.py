@@ -244,3 +244,21 @@ def test_it_tells_view_clients_within_two_seconds_when_a_server_in_it_grows_a_to
     took, tools = anyio.run(_until_told, c, "/mcp/v/pick", mode, None, grow)
     assert took < 2, took
     assert f"dyn__{grown}" in tools and "dyn__add_tool" not in tools
+
+
+def test_it_tells_the_typescript_client_within_two_seconds_when_its_view_is_edited(c):
+    assert c.post("/v1/views", {"name": "ts-edit", "include": ["mcp__every__echo"]}).status_code == 200
+    client = TsClient(c, "/mcp/v/ts-edit")
+    try:
+        rid = client.send("list")
+        assert {t["name"] for t in client.wait(lambda e: e.get("id") == rid, 10)["tools"]} == {"every__echo"}
+        asked = time.time() * 1000
+        body = {"name": "ts-edit", "include": ["mcp__every__echo", "mcp__every__get-sum"]}
+        assert c.post("/v1/views", body).status_code == 200
+        event = client.wait(lambda e: e.get("event") == "list_changed" and e["at"] >= asked, 5)
+        assert event["at"] - asked < 2000, event["at"] - asked
+        rid = client.send("list")
+        tools = {t["name"] for t in client.wait(lambda e: e.get("id") == rid, 10)["tools"]}
+    finally:
+        client.close()
+    assert tools == {"every__echo", "every__get-sum"}
