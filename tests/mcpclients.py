@@ -1,13 +1,22 @@
-"""The MCP SDK's own client against a live console's MCP endpoints, and the inbox reads the
-tests that drive it share (tests/test_mcp_endpoint.py, tests/test_approval_doors.py)."""
+"""The MCP SDK's own client and the TypeScript SDK's (tests/mcp_ts_client.mjs) against a live
+console's MCP endpoints, and the inbox reads the tests that drive them share
+(tests/test_mcp_endpoint.py, tests/test_approval_doors.py, tests/test_tool_views_live.py)."""
 
+import json
+import queue
+import subprocess
+import threading
+import time
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+TS_CLIENT = Path(__file__).resolve().parent / "mcp_ts_client.mjs"
 
 
 @asynccontextmanager
@@ -38,3 +47,60 @@ async def wait_pending(c, tool_name: str, timeout: float = 10) -> dict:
             if items:
                 return items[0]
             await anyio.sleep(0.05)
+
+
+class TsClient:
+    """tests/mcp_ts_client.mjs in a subprocess, one JSON line per command and per event."""
+
+    def __init__(self, c, path="/mcp", token=None) -> None:
+        self.proc = subprocess.Popen(
+            ["node", str(TS_CLIENT), c.url + path, token or c.token],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.events: queue.Queue = queue.Queue()
+        self.seen: list[dict] = []
+        self._next = 0
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.connected = self.wait(lambda e: e.get("event") == "connected", 20)
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.events.put(json.loads(line))
+
+    def send(self, op: str, **fields) -> int:
+        self._next += 1
+        self.proc.stdin.write(json.dumps({"id": self._next, "op": op, **fields}) + "\n")
+        self.proc.stdin.flush()
+        return self._next
+
+    def wait(self, predicate, timeout: float) -> dict:
+        for event in self.seen:
+            if predicate(event):
+                return event
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no such event within {timeout}s; seen {self.seen[-5:]}")
+            try:
+                event = self.events.get(timeout=left)
+            except queue.Empty:
+                continue
+            self.seen.append(event)
+            if predicate(event):
+                return event
+
+    def answer(self, request_id: int, timeout: float) -> dict:
+        return self.wait(lambda e: e.get("id") == request_id and ("result" in e or "error" in e), timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5)
+        self._reader.join(5)  # it reads to the end of the dead process's output
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            pipe.close()

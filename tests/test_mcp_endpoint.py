@@ -4,9 +4,7 @@ SDK's client (tests/mcp_ts_client.mjs)."""
 
 import base64
 import json
-import queue
 import sqlite3
-import subprocess
 import threading
 import time
 import uuid
@@ -18,14 +16,13 @@ import pytest
 from mcp import MCPError
 
 from mcpcore import names
-from tests.live import ROOT, db_rows, everything_stdio, our_server, wait_until
-from tests.mcpclients import in_thread, mcp_client, pending_for, wait_pending
+from tests.live import db_rows, everything_stdio, our_server, wait_until
+from tests.mcpclients import TsClient, in_thread, mcp_client, pending_for, wait_pending
 
 pytestmark = pytest.mark.live
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ERAS = ["legacy", "auto"]  # the 2025-11-25 handshake, and 2026-07-28 (what auto picks here)
-TS_CLIENT = ROOT / "tests" / "mcp_ts_client.mjs"
 
 
 @pytest.fixture(scope="module")
@@ -468,63 +465,6 @@ def test_it_leaves_out_a_server_that_goes_down_and_answers_its_calls_with_the_50
 
 
 # --- the TypeScript SDK -------------------------------------------------------------------------
-
-
-class TsClient:
-    """tests/mcp_ts_client.mjs in a subprocess, one JSON line per command and per event."""
-
-    def __init__(self, c, path="/mcp") -> None:
-        self.proc = subprocess.Popen(
-            ["node", str(TS_CLIENT), c.url + path, c.token],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.events: queue.Queue = queue.Queue()
-        self.seen: list[dict] = []
-        self._next = 0
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self.connected = self.wait(lambda e: e.get("event") == "connected", 20)
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.events.put(json.loads(line))
-
-    def send(self, op: str, **fields) -> int:
-        self._next += 1
-        self.proc.stdin.write(json.dumps({"id": self._next, "op": op, **fields}) + "\n")
-        self.proc.stdin.flush()
-        return self._next
-
-    def wait(self, predicate, timeout: float) -> dict:
-        for event in self.seen:
-            if predicate(event):
-                return event
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no such event within {timeout}s; seen {self.seen[-5:]}")
-            try:
-                event = self.events.get(timeout=left)
-            except queue.Empty:
-                continue
-            self.seen.append(event)
-            if predicate(event):
-                return event
-
-    def answer(self, request_id: int, timeout: float) -> dict:
-        return self.wait(lambda e: e.get("id") == request_id and ("result" in e or "error" in e), timeout)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(5)
-        self._reader.join(5)  # it reads to the end of the dead process's output
-        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            pipe.close()
 
 
 @pytest.fixture
