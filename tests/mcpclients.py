@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 import httpx2
+import mcp_types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -28,6 +29,51 @@ async def mcp_client(c, path="/mcp", mode="auto", message_handler=None, token=No
         async with Client(transport, mode=mode, message_handler=message_handler) as client:
             assert (client.protocol_version in MODERN_PROTOCOL_VERSIONS) == (mode != "legacy")
             yield client
+
+
+async def until_told(url: str, token: str, mode: str, change) -> tuple[set[str], float, set[str]]:
+    """Open an SDK `Client` on `url` in `mode`, listening for list_changed (the 2026 era by its
+    `listen` stream, the 2025 era by its session's), make `change` (a blocking function, run in a
+    thread) and return the tool names before, how long after `change` the client heard
+    list_changed (bounded at 5 s), and the names it then lists."""
+    seen = anyio.Event()
+
+    async def on_message(message):
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            seen.set()
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120)) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode=mode, message_handler=on_message) as client:
+            assert (client.protocol_version in MODERN_PROTOCOL_VERSIONS) == (mode != "legacy")
+            async with anyio.create_task_group() as tg:
+                if mode != "legacy":
+                    ready = anyio.Event()
+
+                    async def listen():
+                        async with client.listen(tools_list_changed=True):
+                            ready.set()
+                            await anyio.sleep_forever()
+
+                    tg.start_soon(listen)
+                    await ready.wait()
+                # A round trip: the 2025 notification stream is open by now.
+                before = {t.name for t in (await client.list_tools()).tools}
+                await in_thread(change)
+                asked = time.monotonic()
+                with anyio.fail_after(5):
+                    await seen.wait()
+                took = time.monotonic() - asked
+                after = {t.name for t in (await client.list_tools(cache_mode="refresh")).tools}
+                tg.cancel_scope.cancel()
+    return before, took, after
+
+
+def grow_tool(c, name: str) -> None:
+    """Have the `dyn` test server (tests/mcpservers/dynamic.py) register a tool `name` now."""
+    r = c.call("mcp__dyn__add_tool", {"name": name}, mode="auto")
+    assert r.status_code == 200 and r.json()["status"] == "done", r.text
 
 
 async def in_thread(fn, *args):

@@ -17,7 +17,7 @@ from mcp import MCPError
 
 from mcpcore import names
 from tests.live import db_rows, everything_stdio, our_server, wait_until
-from tests.mcpclients import TsClient, in_thread, mcp_client, pending_for, wait_pending
+from tests.mcpclients import TsClient, grow_tool, in_thread, mcp_client, pending_for, until_told, wait_pending
 
 pytestmark = pytest.mark.live
 
@@ -27,13 +27,9 @@ ERAS = ["legacy", "auto"]  # the 2025-11-25 handshake, and 2026-07-28 (what auto
 
 @pytest.fixture(scope="module")
 def c(module_console):
-    console = module_console(
-        {"every": everything_stdio(), "echo": our_server("echo.py"), "dyn": our_server("dynamic.py")},
-        {"AGENVOY_CALL_TIMEOUT": "10"},
-        start=False,
-    )
-    (console.home / "allow_tool").write_text("mcp__every__*\nmcp__echo__sleep\nmcp__echo__add\nmcp__dyn__*\n")
-    module_console.start(console)
+    servers = {"every": everything_stdio(), "echo": our_server("echo.py"), "dyn": our_server("dynamic.py")}
+    allow = ["mcp__every__*", "mcp__echo__sleep", "mcp__echo__add", "mcp__dyn__*"]
+    console = module_console(servers, {"AGENVOY_CALL_TIMEOUT": "10"}, allow=allow)
     console.wait_connected("every", "echo", "dyn")
     return console
 
@@ -311,41 +307,11 @@ def test_it_cancels_a_running_call_upstream_when_the_client_goes_away(c):
 
 @pytest.mark.parametrize("mode", ERAS)
 def test_it_tells_clients_about_a_grown_tool_within_two_seconds(c, mode):
-    name = f"grown_{mode}"
-
-    async def main():
-        seen = anyio.Event()
-
-        async def on_message(message):
-            if isinstance(message, mcp_types.ToolListChangedNotification):
-                seen.set()
-
-        async with mcp_client(c, "/mcp", mode, message_handler=on_message) as client:
-            async with anyio.create_task_group() as tg:
-                if mode != "legacy":
-                    ready = anyio.Event()
-
-                    async def listen():
-                        async with client.listen(tools_list_changed=True):
-                            ready.set()
-                            await anyio.sleep_forever()
-
-                    tg.start_soon(listen)
-                    await ready.wait()
-                await client.list_tools()  # a round trip: the 2025 notification stream is open by now
-                r = await in_thread(lambda: c.call("mcp__dyn__add_tool", {"name": name}, mode="auto"))
-                assert r.status_code == 200 and r.json()["status"] == "done", r.text
-                asked = time.monotonic()
-                with anyio.fail_after(5):
-                    await seen.wait()
-                took = time.monotonic() - asked
-                tools = {t.name for t in (await client.list_tools(cache_mode="refresh")).tools}
-                tg.cancel_scope.cancel()
-            return took, tools
-
-    took, tools = anyio.run(main)
+    _, took, tools = anyio.run(
+        until_told, c.url + "/mcp", c.token, mode, lambda: grow_tool(c, f"grown_{mode}")
+    )
     assert took < 2, took
-    assert f"dyn__{name}" in tools
+    assert f"dyn__grown_{mode}" in tools
 
 
 def test_it_serves_and_calls_a_tool_under_its_shortened_name(c):

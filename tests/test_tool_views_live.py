@@ -8,14 +8,13 @@ import time
 
 import anyio
 import httpx2
-import mcp_types
 import pytest
 from mcp import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from mcpcore import names
 from tests.live import everything_stdio, our_server
-from tests.mcpclients import TsClient, in_thread, mcp_client
+from tests.mcpclients import TsClient, grow_tool, mcp_client, until_told
 
 pytestmark = pytest.mark.live
 
@@ -31,13 +30,10 @@ PICK = {
 
 @pytest.fixture(scope="module")
 def c(module_console):
+    servers = {"every": everything_stdio(), "echo": our_server("echo.py"), "dyn": our_server("dynamic.py")}
     console = module_console(
-        {"every": everything_stdio(), "echo": our_server("echo.py"), "dyn": our_server("dynamic.py")},
-        {"AGENVOY_CALL_TIMEOUT": "10"},
-        start=False,
+        servers, {"AGENVOY_CALL_TIMEOUT": "10"}, allow=["mcp__every__*", "mcp__echo__*", "mcp__dyn__*"]
     )
-    (console.home / "allow_tool").write_text("mcp__every__*\nmcp__echo__*\nmcp__dyn__*\n")
-    module_console.start(console)
     console.wait_connected("every", "echo", "dyn")
     for view in (PICK, {"name": "other", "include": ["mcp__echo__*"]}):
         assert console.post("/v1/views", view).status_code == 200
@@ -184,38 +180,6 @@ def test_it_refuses_a_limited_tokens_mcp_call_byte_for_byte_as_a_missing_tool(c,
             assert b"unknown tool: <name>" in a[2] and b"-32602" in a[2], a
 
 
-async def _until_told(c, path: str, mode: str, token: str | None, change) -> tuple[float, set[str]]:
-    """Open a client on `path`, make `change` (a blocking function), and return how long after
-    it the client heard list_changed, and the list it then gets."""
-    seen = anyio.Event()
-
-    async def on_message(message):
-        if isinstance(message, mcp_types.ToolListChangedNotification):
-            seen.set()
-
-    async with mcp_client(c, path, mode, message_handler=on_message, token=token) as client:
-        async with anyio.create_task_group() as tg:
-            if mode != "legacy":
-                ready = anyio.Event()
-
-                async def listen():
-                    async with client.listen(tools_list_changed=True):
-                        ready.set()
-                        await anyio.sleep_forever()
-
-                tg.start_soon(listen)
-                await ready.wait()
-            await client.list_tools()  # a round trip: the 2025 notification stream is open by now
-            await in_thread(change)
-            asked = time.monotonic()
-            with anyio.fail_after(5):
-                await seen.wait()
-            took = time.monotonic() - asked
-            tools = {t.name for t in (await client.list_tools(cache_mode="refresh")).tools}
-            tg.cancel_scope.cancel()
-    return took, tools
-
-
 @pytest.mark.parametrize("mode", ERAS)
 @pytest.mark.parametrize("limited", [False, True], ids=["view-endpoint", "limited-token-on-mcp"])
 def test_it_tells_clients_within_two_seconds_when_their_view_is_edited(c, mode, limited):
@@ -228,22 +192,17 @@ def test_it_tells_clients_within_two_seconds_when_their_view_is_edited(c, mode, 
         r = c.post("/v1/views", {"name": name, "include": ["mcp__every__echo", "mcp__every__get-sum"]})
         assert r.status_code == 200, r.text
 
-    took, tools = anyio.run(_until_told, c, path, mode, token, edit)
+    _, took, tools = anyio.run(until_told, c.url + path, token or c.token, mode, edit)
     assert took < 2, took
     assert tools == {"every__echo", "every__get-sum"}
 
 
 @pytest.mark.parametrize("mode", ERAS)
 def test_it_tells_view_clients_within_two_seconds_when_a_server_in_it_grows_a_tool(c, mode):
-    grown = f"grown_{mode}"
-
-    def grow():
-        r = c.call("mcp__dyn__add_tool", {"name": grown}, mode="auto")
-        assert r.status_code == 200 and r.json()["status"] == "done", r.text
-
-    took, tools = anyio.run(_until_told, c, "/mcp/v/pick", mode, None, grow)
+    url = c.url + "/mcp/v/pick"
+    _, took, tools = anyio.run(until_told, url, c.token, mode, lambda: grow_tool(c, f"grown_{mode}"))
     assert took < 2, took
-    assert f"dyn__{grown}" in tools and "dyn__add_tool" not in tools
+    assert f"dyn__grown_{mode}" in tools and "dyn__add_tool" not in tools
 
 
 def test_it_tells_the_typescript_client_within_two_seconds_when_its_view_is_edited(c):

@@ -272,20 +272,16 @@ def _create(token, endpoint: str, name: str, arguments: dict, session_id: str, l
     """The call of the tool behind the exposed name, through the gate (one database hop). The
     endpoint's view narrows it as the token's views do (`calls.create(within=...)`)."""
     own = within(endpoint)
+
+    def create(registered: str) -> ToolCall:
+        return calls.create(
+            token, "", registered, arguments, session_id, Mode.CONFIRM, via=Via.MCP, local=local, within=own
+        )
+
     registered = registered_of(endpoint, name)
     if registered is not None:
         try:
-            return calls.create(
-                token,
-                "",
-                registered,
-                arguments,
-                session_id,
-                Mode.CONFIRM,
-                via=Via.MCP,
-                local=local,
-                within=own,
-            )
+            return create(registered)
         except calls.CallError as exc:
             if exc.status != 404:
                 raise
@@ -293,17 +289,7 @@ def _create(token, endpoint: str, name: str, arguments: dict, session_id: str, l
     tool = find_tool(endpoint, name, token)
     if tool is None or tool.registered_name == registered:
         raise calls.CallError(f"unknown tool: {name}", 404)
-    return calls.create(
-        token,
-        "",
-        tool.registered_name,
-        arguments,
-        session_id,
-        Mode.CONFIRM,
-        via=Via.MCP,
-        local=local,
-        within=own,
-    )
+    return create(tool.registered_name)
 
 
 def _declares_output(registered: str) -> bool:

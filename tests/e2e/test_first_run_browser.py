@@ -85,6 +85,13 @@ def nav(page: Page, name: str):
     return page.get_by_role("navigation", name="Main").get_by_role("link", name=name)
 
 
+def submit(page: Page, button: str, fields: dict[str, str]) -> None:
+    """Fill each labelled field, then press the button."""
+    for label, value in fields.items():
+        page.get_by_label(label).fill(value)
+    page.get_by_role("button", name=button).click()
+
+
 def pending_link(page: Page):
     return page.get_by_role("navigation", name="Main").locator('a[href="/pending/"]')
 
@@ -292,16 +299,11 @@ def test_it_passes_axe_and_the_tab_walk_on_every_other_page(page, console, agent
     seen(page, "rules", "one rule")
     page.goto("/views/")
     seen(page, "views", "none")
-    page.get_by_label("Name").fill("bad__name")
-    page.get_by_label("Include").fill("mcp__time__*")
-    page.get_by_role("button", name="Save view").click()
+    submit(page, "Save view", {"Name": "bad__name", "Include": "mcp__time__*"})
     expect(page.locator("#view-error")).to_contain_text("invalid view name")
     seen(page, "views", "refused: a bad name")
-    page.get_by_label("Name").fill("clock")
-    page.get_by_label("Description").fill("Only the clock.")
-    page.get_by_label("Include").fill("mcp__time__*")
-    page.get_by_label("Exclude").fill("mcp__time__convert_time")
-    page.get_by_role("button", name="Save view").click()
+    view = {"Name": "clock", "Description": "Only the clock.", "Include": "mcp__time__*"}
+    submit(page, "Save view", {**view, "Exclude": "mcp__time__convert_time"})
     expect(page.locator("#view-clock-tools")).to_contain_text("mcp__time__get_current_time")
     expect(page.locator("#view-clock-tools")).not_to_contain_text("convert_time")
     seen(page, "views", "one view and its tools")
