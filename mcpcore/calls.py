@@ -187,6 +187,9 @@ def create(
     if tool is None:
         raise CallError(f"unknown tool: {name}", 404)
     server = tool.server
+    if server.state == ServerState.NEEDS_AUTHORIZATION:
+        url = f"{settings.AGENVOY_PUBLIC_URL}/servers/{server.name}/"
+        raise CallError(f"server {server.name} needs authorization: {url}", 503)
     if server.state not in (ServerState.CONNECTED, ServerState.CONNECTING):
         raise CallError(f"server {server.name} is not connected: {server.last_error or server.state}", 503)
     if norm == Mode.AUTO and token is not None and not token.may_auto:

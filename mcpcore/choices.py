@@ -16,6 +16,26 @@ class ServerState(TextChoices):
     CONNECTING = "connecting", "connecting"
     ERROR = "error", "error"
     DISABLED = "disabled", "disabled"
+    # An OAuth server without valid tokens (SPEC 16.1): a person is needed, not a retry.
+    NEEDS_AUTHORIZATION = "needs_authorization", "Needs authorization"
+
+
+class GrantType(TextChoices):
+    """How the console gets an OAuth server's tokens (`oauth.grant` in `mcp.json`, SPEC 16)."""
+
+    AUTHORIZATION_CODE = "authorization_code", "authorization_code"
+    CLIENT_CREDENTIALS = "client_credentials", "client_credentials"
+
+
+class FlowStatus(TextChoices):
+    """Where one authorization-code flow is (`OAuthFlow.status`, SPEC 16.2): asked for by a
+    person, waiting for the browser to come back, the code arrived, or ended."""
+
+    REQUESTED = "requested", "requested"
+    WAITING = "waiting", "waiting"
+    CODE = "code", "code"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
 
 
 class Transport(TextChoices):

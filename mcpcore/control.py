@@ -105,3 +105,56 @@ async def cancel_call(call) -> None:
     )
     if channel:
         await get_channel_layer().send(channel, {"type": "call.cancel", "call_id": str(call.id)})
+
+
+class AuthorizeRefused(Exception):
+    """`authorize` could not start a flow; the message is the answer's error."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def authorize(name: str, person: str) -> str:
+    """Start a person's authorization-code flow for a server (SPEC 16.2) in the worker that
+    holds it, and return the authorization URL to send the browser to. The flow's row is
+    written here first (replacing any earlier flow); the holder fills it in. AuthorizeRefused
+    when no worker holds the server or the authorization server can't be reached."""
+    import asyncio
+
+    from django.conf import settings
+
+    from . import db, oauth
+    from .models import Worker
+
+    def plan() -> tuple[str, str]:
+        from .models import Server
+
+        owner = Server.objects.filter(name=name).values_list("owner", flat=True).first() or ""
+        channel = (
+            Worker.objects.filter(name=owner).values_list("channel", flat=True).first() if owner else None
+        )
+        flow = oauth.new_flow(name, person)
+        return channel or "", str(flow.id)
+
+    channel, flow_id = await db.run(plan)
+    if not channel:
+        raise AuthorizeRefused(f"server {name} is not connected: no worker holds this server", 503)
+    layer = get_channel_layer()
+    reply = await layer.new_channel()
+    await layer.send(channel, {"type": "oauth.authorize", "server": name, "flow": flow_id, "reply": reply})
+    try:
+        message = await asyncio.wait_for(layer.receive(reply), settings.AGENVOY_CONNECT_TIMEOUT + 3)
+    except TimeoutError:
+        raise AuthorizeRefused(
+            "authorization failed: the worker holding the server did not answer", 504
+        ) from None
+    if message.get("url"):
+        return message["url"]
+    raise AuthorizeRefused(message.get("error") or "authorization failed", 502)
+
+
+def flow_callback(flow_id: str) -> None:
+    """`/oauth/callback` wrote the code (or the error) into a flow's row: wake the worker
+    that runs it, wherever it is."""
+    send_group(SUPERVISORS, {"type": "oauth.callback", "flow": flow_id})

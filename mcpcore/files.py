@@ -361,7 +361,7 @@ def sync_allow() -> bool:
 def sync_servers() -> set[str] | None:
     """Mirror `mcp.json` into Server rows; returns the names added, changed or removed, or None
     when the file can't be used (the last good list stays in force and the problem is recorded)."""
-    from .models import Server
+    from .models import OAuthAccount, OAuthFlow, Server
 
     try:
         data = read_mcp_json()
@@ -381,9 +381,14 @@ def sync_servers() -> set[str] | None:
     changed: set[str] = set()
     with transaction.atomic():
         existing = {s.name: s for s in Server.objects.select_for_update()}
-        for name in set(existing) - set(wanted):
+        gone = set(existing) - set(wanted)
+        for name in gone:
             existing[name].delete()
             changed.add(name)
+        # A removed server's OAuth tokens and flows go with it (SPEC 16.4: nothing left behind
+        # for a later server of the same name).
+        OAuthAccount.objects.filter(server_name__in=gone).delete()
+        OAuthFlow.objects.filter(server_name__in=gone).delete()
         for name, config in wanted.items():
             row = existing.get(name)
             if row is not None and row.config_hash == Server.hash_config(config):

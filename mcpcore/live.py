@@ -15,6 +15,7 @@ from django.db.models import Count
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from . import oauth
 from .choices import CallStatus
 from .models import Server, SessionAllowance, ToolCall
 
@@ -46,8 +47,12 @@ def server_rows() -> list[Server]:
 
 
 def server_with_count(name: str) -> Server | None:
+    """One server for its page, with its tool count and its OAuth standing (`oauth_info`)."""
     server = Server.objects.annotate(n_tools=Count("tools")).filter(name=name).first()
-    return _with_ago(server) if server is not None else None
+    if server is None:
+        return None
+    server.oauth_info = oauth.page_info(server)
+    return _with_ago(server)
 
 
 def pending_calls() -> list[ToolCall]:

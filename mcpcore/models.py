@@ -20,6 +20,7 @@ from .choices import (
     CallKind,
     CallStatus,
     DeliveryStatus,
+    FlowStatus,
     Mode,
     ServerState,
     TargetKind,
@@ -58,7 +59,7 @@ class Server(models.Model):
     call_timeout = models.FloatField(null=True, blank=True)
     config_hash = models.CharField(max_length=64, default="")
     # Observed by the supervisor.
-    state = models.CharField(max_length=12, choices=ServerState.choices, default=ServerState.CONNECTING)
+    state = models.CharField(max_length=20, choices=ServerState.choices, default=ServerState.CONNECTING)
     last_error = models.TextField(blank=True, default="")
     protocol_version = models.CharField(max_length=32, blank=True, default="")
     server_info = models.JSONField(default=dict, blank=True)
@@ -70,8 +71,14 @@ class Server(models.Model):
     owner = models.CharField(max_length=64, blank=True, default="")
     lease_expires = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
-    # Not a column: set on the rows of the server pages for display (live.server_rows).
+    # Not columns: set on the rows of the server pages for display (live.server_rows), the
+    # OAuth standing on the server page's (live.server_with_count, oauth.page_info).
     refreshed_ago: str
+    oauth_info: dict | None
+
+    @property
+    def needs_authorization(self) -> bool:
+        return self.state == ServerState.NEEDS_AUTHORIZATION
 
     class Meta:
         ordering = ["name"]
@@ -110,8 +117,9 @@ class Server(models.Model):
         self.call_timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
         self.config_hash = self.hash_config(config)
 
-    def to_status(self, tool_count: int) -> dict:
-        return {
+    def to_status(self, tool_count: int, oauth: dict | None = None) -> dict:
+        """A `GET /v1/mcp/status` item; `oauth` (SPEC 16.1) only on servers that use OAuth."""
+        item = {
             "Name": self.name,
             "Transport": self.transport,
             "Connected": self.is_connected,
@@ -122,6 +130,9 @@ class Server(models.Model):
             "last_refresh": iso(self.last_refresh),
             "worker": self.owner,
         }
+        if oauth is not None:
+            item["oauth"] = oauth
+        return item
 
 
 def mask_config(config: dict) -> dict:
@@ -130,6 +141,9 @@ def mask_config(config: dict) -> dict:
     for key in ("env", "headers"):
         if isinstance(out.get(key), dict):
             out[key] = {k: SECRET_MASK for k in out[key]}
+    oauth = out.get("oauth")
+    if isinstance(oauth, dict) and "client_secret" in oauth:
+        out["oauth"] = {**oauth, "client_secret": SECRET_MASK}  # SPEC 16.3
     return out
 
 
@@ -148,12 +162,13 @@ def _where(config: dict | None) -> tuple[str, str]:
 def unmask_config(new: dict, old: dict | None) -> dict:
     """Posting the mask back keeps the stored secret value, but only while the server's
     `command` and `url` stay as stored: else a stored token could be sent to a new place."""
+    oauth = new.get("oauth")
     posts_mask = any(
         v == SECRET_MASK
         for key in ("env", "headers")
         if isinstance(new.get(key), dict)
         for v in new[key].values()
-    )
+    ) or (isinstance(oauth, dict) and oauth.get("client_secret") == SECRET_MASK)
     # A new server has nothing stored to keep: its masked values simply become empty.
     if posts_mask and old is not None and _where(new) != _where(old):
         raise SecretsMustBeReentered(SECRETS_REENTER)
@@ -163,6 +178,12 @@ def unmask_config(new: dict, old: dict | None) -> dict:
         if isinstance(values, dict):
             previous = (old or {}).get(key) or {}
             out[key] = {k: (previous.get(k, "") if v == SECRET_MASK else v) for k, v in values.items()}
+    if isinstance(oauth, dict) and oauth.get("client_secret") == SECRET_MASK:
+        before = (old or {}).get("oauth")
+        out["oauth"] = {
+            **oauth,
+            "client_secret": before.get("client_secret", "") if isinstance(before, dict) else "",
+        }
     return out
 
 
@@ -650,3 +671,55 @@ class CacheGeneration(models.Model):
 
     def __str__(self) -> str:
         return f"generation {self.n}"
+
+
+# --- OAuth upstream (SPEC 16) -------------------------------------------------------------------
+
+
+class OAuthAccount(models.Model):
+    """The console's OAuth standing with one server (SPEC 16.4): its client registration and
+    tokens, each encrypted (`mcpcore.oauth`), the absolute expiry of the access token kept
+    beside them, and what the pages show (who authorized, when, the scopes). Bound to the
+    `url` it was made for: the tokens are never offered to another address. `detected`: the
+    server asked for OAuth itself (401 + `WWW-Authenticate: Bearer`) with no `oauth` key."""
+
+    server_name = models.CharField(max_length=64, unique=True)
+    url = models.TextField(default="")
+    detected = models.BooleanField(default=False)
+    client_info = models.TextField(blank=True, default="")  # encrypted JSON
+    tokens = models.TextField(blank=True, default="")  # encrypted JSON
+    expires_at = models.DateTimeField(null=True, blank=True)
+    issued_at = models.DateTimeField(null=True, blank=True)
+    scopes = models.JSONField(default=list, blank=True)
+    authorized_by = models.CharField(max_length=150, blank=True, default="")
+    authorized_at = models.DateTimeField(null=True, blank=True)
+    renewals = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"oauth {self.server_name}"
+
+
+class OAuthFlow(models.Model):
+    """One authorization-code flow (SPEC 16.2), the meeting point of the web process that a
+    person's browser comes back to and the worker that holds the server: the worker records
+    the authorization URL and its `state`, `/oauth/callback` (on any web process) records the
+    code (encrypted) or the authorization server's error. Lives 10 minutes; a new flow for
+    the same server deletes the older ones."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    server_name = models.CharField(max_length=64, db_index=True)
+    status = models.CharField(max_length=12, choices=FlowStatus.choices, default=FlowStatus.REQUESTED)
+    state = models.CharField(max_length=200, blank=True, default="", db_index=True)
+    url = models.TextField(blank=True, default="")
+    code = models.TextField(blank=True, default="")  # encrypted
+    error = models.TextField(blank=True, default="")
+    requested_by = models.CharField(max_length=150, blank=True, default="")
+    finished_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"flow {self.server_name} ({self.status})"

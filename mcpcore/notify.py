@@ -1,4 +1,4 @@
-"""Telling people about confirmations (SPEC 15): webhooks signed as Standard Webhooks do, and
+"""Telling people about confirmations (SPEC 15) and servers that need authorization (16.4): webhooks signed as Standard Webhooks do, and
 ntfy pushes.
 
 Nothing here is on a call's path. The notifier loop (`run`, started beside every supervisor)
@@ -44,6 +44,7 @@ KEEP_DAYS = 30  # sent and failed deliveries are kept this long
 PRUNE_EVERY = 3600.0  # seconds
 
 PENDING, RESOLVED, TEST = "confirmation.pending", "confirmation.resolved", "test"
+NEEDS_AUTHORIZATION = "server.needs_authorization"
 # ToolCall.notified
 TOLD_NOTHING, TOLD_PENDING, TOLD_ALL = 0, 1, 2
 
@@ -119,6 +120,12 @@ def ntfy_request(event: dict) -> tuple[str, dict[str, str]]:
             "Click": data.get("url", ""),
             "Tags": "white_check_mark",
         }
+    if event.get("type") == NEEDS_AUTHORIZATION:
+        return f"{data['server']} needs authorization", {
+            "Title": _header(f"Authorize {data['server']}"),
+            "Click": data["url"],
+            "Tags": "key",
+        }
     tool = short_tool(data.get("tool_name", ""), data.get("server", ""))
     server = data.get("server") or "the console"
     headers = {"Title": _header(f"Approval needed: {tool}"), "Click": data["url"], "Tags": "lock"}
@@ -178,6 +185,27 @@ def queue_test(target: NotificationTarget) -> Delivery:
         created_at=now,
         next_attempt_at=now,
     )
+
+
+def queue_needs_authorization(server: str) -> int:
+    """A `server.needs_authorization` message (SPEC 16.4) to every target: the server's
+    authorization server refused its renewal. Written by the one process that holds the
+    server (so once); returns how many deliveries."""
+    now = timezone.now()
+    data = {"server": server, "url": f"{settings.AGENVOY_PUBLIC_URL}/servers/{server}/"}
+    body = payload(NEEDS_AUTHORIZATION, now, data)
+    rows = Delivery.objects.bulk_create(
+        Delivery(
+            target=t,
+            event_type=NEEDS_AUTHORIZATION,
+            message_id=new_message_id(),
+            body=body,
+            created_at=now,
+            next_attempt_at=now,
+        )
+        for t in NotificationTarget.objects.all()
+    )
+    return len(rows)
 
 
 # --- events -> deliveries (one process claims each) -------------------------------------------

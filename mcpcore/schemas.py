@@ -354,6 +354,40 @@ class PromptRequest(PromptArguments):
 _COMMAND_OR_URL = "server.command or server.url is required"
 _LEFT_OUT: Any = Field(None)  # a default that is never a value (the field was not sent)
 _STRINGS = "server.{} must be an object of strings"
+_LEFT_OUT_OAUTH: Any = Field(None)
+
+
+_OAUTH_STRING = "server.oauth.{} must be a string"
+
+
+class OAuthConfig(Contract):
+    """A server's console-only `oauth` key (SPEC 16.1); every field optional."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    grant: Annotated[
+        Literal["authorization_code", "client_credentials"],
+        Message("server.oauth.grant must be authorization_code or client_credentials"),
+        Field(description="left out: authorization_code"),
+    ] = _LEFT_OUT_OAUTH
+    client_id: Annotated[str, Strict(), Message(_OAUTH_STRING.format("client_id"))] = _LEFT_OUT_OAUTH
+    client_secret: Annotated[
+        str, Strict(), Message(_OAUTH_STRING.format("client_secret")), Field(description="a secret (masked)")
+    ] = _LEFT_OUT_OAUTH
+    scopes: Annotated[list[str], Strict(), Message("server.oauth.scopes must be a list of strings")] = (
+        _LEFT_OUT_OAUTH
+    )
+    authorize_params: Annotated[
+        dict[str, str], Strict(), Message("server.oauth.authorize_params must be an object of strings")
+    ] = _LEFT_OUT_OAUTH
+
+    @model_validator(mode="after")
+    def _machine_has_credentials(self) -> Self:
+        if self.grant == "client_credentials" and not (
+            (self.client_id or "").strip() and (self.client_secret or "").strip()
+        ):
+            raise refuse("server.oauth with client_credentials needs client_id and client_secret")
+        return self
 
 
 class ServerConfig(Contract):
@@ -380,6 +414,19 @@ class ServerConfig(Contract):
         Field(strict=True, ge=1, description="seconds a call may take; left out, the console's default"),
         Message("server.timeout must be a number of seconds, at least 1"),
     ] = _LEFT_OUT
+    oauth: Annotated[
+        OAuthConfig,
+        Message("server.oauth must be an object"),
+        Field(description="OAuth upstream (streamable-http and sse only)"),
+    ] = _LEFT_OUT
+
+    @model_validator(mode="after")
+    def _oauth_over_http(self) -> Self:
+        if self.oauth is not None and (
+            self.type == "stdio" or not (isinstance(self.url, str) and self.url.strip())
+        ):
+            raise refuse("server.oauth applies to streamable-http and sse servers only")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -448,6 +495,14 @@ class ServerRef(Contract):
 
 
 _SERVER_NAME = "name must be a server name"
+
+
+class AuthorizeBody(Contract):
+    """`POST /v1/mcp/authorize`: the server whose authorization-code flow to start (16.2)."""
+
+    name: Annotated[
+        str, Strict(), Message("name is required"), not_blank("name is required"), AfterValidator(str.strip)
+    ]
 
 
 class ReconnectBody(Contract):

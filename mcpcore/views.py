@@ -43,6 +43,7 @@ from . import (
     files,
     live,
     notify,
+    oauth,
     onetap,
     retention,
     rules,
@@ -1357,3 +1358,67 @@ def well_known_not_found(request: HttpRequest) -> JsonResponse:
     """OAuth and OpenID discovery documents: the console has none (its MCP endpoints take API
     tokens), and clients that probe (with any method) need JSON, not the sign-in page."""
     return JsonResponse({"error": "not found"}, status=404)
+
+
+# --- OAuth upstream (SPEC 16) -----------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def server_authorize(request: HtmxRequest, name: str) -> HttpResponse:
+    """`Authorize`: start the server's authorization-code flow in the worker that holds it and
+    send the browser to the authorization server (SPEC 16.2)."""
+    server = _get_server_or_404(name)
+    problem = oauth.authorize_problem(server.name)
+    url = ""
+    if problem is not None:
+        messages.error(request, problem[0])
+    else:
+        try:
+            url = async_to_sync(control.authorize)(server.name, request.user.get_username())
+        except control.AuthorizeRefused as exc:
+            messages.error(request, str(exc))
+    return _go(request, url or reverse("server-detail", args=[server.name]))
+
+
+def _go(request: HtmxRequest, url: str) -> HttpResponse:
+    """Send the browser to `url`: a redirect, or for htmx (the buttons of rows and panels the
+    live socket re-rendered, which carry the CSRF token in the body's headers) `HX-Redirect`."""
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)
+
+
+@login_required
+@require_POST
+def server_forget(request: HtmxRequest, name: str) -> HttpResponse:
+    """`Forget authorization`: delete the stored tokens; the server disconnects and needs
+    authorization again (SPEC 16.2)."""
+    server = _get_server_or_404(name)
+    oauth.forget(server.name)
+    async_to_sync(control.reconnect)(server.name)
+    messages.success(request, f"Forgot the authorization of {server.name}.")
+    return _go(request, reverse("server-detail", args=[server.name]))
+
+
+@login_required
+@require_safe
+def oauth_callback(request: HtmxRequest) -> HttpResponse:
+    """The redirect URI (`<AGENVOY_PUBLIC_URL>/oauth/callback`, SPEC 16.2), on any web process:
+    the code (or the authorization server's error) goes into the flow's row and the worker
+    holding the server is woken; the browser goes to the server page."""
+    flow = oauth.callback(
+        request.GET.get("state", ""),
+        request.GET.get("code", ""),
+        request.GET.get("error", ""),
+        request.user.get_username(),
+        request.GET.get("iss", ""),
+    )
+    if flow is None:
+        return render(request, "mcpcore/oauth_failed.html", {"message": oauth.UNKNOWN_STATE}, status=400)
+    control.flow_callback(str(flow.id))
+    if flow.error:
+        messages.error(request, flow.error)
+    return redirect("server-detail", flow.server_name)

@@ -8,7 +8,15 @@ from mcpcore.models import ApiToken, Delivery, NotificationTarget, Server, ToolC
 
 
 def test_it_keeps_the_words_of_the_contract():
-    assert choices.ServerState.values == ["connected", "connecting", "error", "disabled"]
+    assert choices.ServerState.values == [
+        "connected",
+        "connecting",
+        "error",
+        "disabled",
+        "needs_authorization",
+    ]
+    assert choices.ServerState.NEEDS_AUTHORIZATION.label == "Needs authorization"
+    assert choices.GrantType.values == ["authorization_code", "client_credentials"]
     assert choices.Transport.values == ["stdio", "streamable-http", "sse"]
     assert choices.CallStatus.values == [
         "pending",

@@ -47,6 +47,7 @@ LAYERS: list[tuple[str, set[str], set[str]]] = [
             "mcpcore.metrics",
             "mcpcore.retention",
             "mcpcore.viewstore",
+            "mcpcore.oauth",
         },
         {"pure"},
     ),

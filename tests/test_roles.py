@@ -58,6 +58,7 @@ EXPECT: dict[tuple[str, str], dict] = {
     ("api-mcp", "POST"): admin_only("change servers", (400, "name is required")),
     ("api-mcp-remove", "POST"): admin_only("change servers", (404, "server not found")),
     ("api-mcp-reconnect", "POST"): admin_only("reconnect servers", (404, "server not found")),
+    ("api-mcp-authorize", "POST"): admin_only("change servers", (404, "server not found")),
     ("api-allowlist", "POST"): admin_only("change the allow-list", (400, "skill or tool is required")),
     ("api-rules", "POST"): admin_only("change rules", None),  # admin: the rules route's own tests
     # Any role may post a hook (a permission prompt of its own); the empty body names no event.
@@ -73,6 +74,7 @@ BODIES = {
     "api-mcp-remove": {"name": "nope"},
     "api-mcp-reconnect": {"name": "nope"},
     "api-views-remove": {"name": "nope"},
+    "api-mcp-authorize": {"name": "nope"},
     "api-confirm": {"approve": False, "reason": "no"},
     "api-rules": {"rules": []},
 }

@@ -92,7 +92,7 @@ async def supervisor_holding(dying: Dying, agenvoy_home, monkeypatch):
     """A supervisor (not started: no loops, no leases) holding the session of server `mem`,
     whose connections go to `dying`; connected when this yields."""
     await sync_to_async(write_servers)(agenvoy_home, {NAME: {"url": "http://in-process.invalid/mcp"}})
-    monkeypatch.setattr(transport, "make_target", lambda *_args: dying.connect())
+    monkeypatch.setattr(transport, "make_target", lambda *_args, **_kw: dying.connect())
     sup = Supervisor(exclusive=False, name="w1")
     session = sup.sessions[NAME] = ServerSession(sup, NAME)
     session.start()

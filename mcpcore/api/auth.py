@@ -138,6 +138,7 @@ RIGHTS: dict[tuple[str, str], Right] = {
     ("api-mcp", "POST"): admin_only("change servers"),
     ("api-mcp-remove", "POST"): admin_only("change servers"),
     ("api-mcp-reconnect", "POST"): admin_only("reconnect servers"),
+    ("api-mcp-authorize", "POST"): admin_only("change servers"),  # SPEC 16.2
     ("api-allowlist", "POST"): admin_only("change the allow-list"),
     ("api-rules", "POST"): admin_only("change rules"),
     ("api-calls-export", "GET"): Right(frozenset({APPROVER, ADMIN}), "export history"),

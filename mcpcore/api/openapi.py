@@ -107,6 +107,17 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("api-mcp-reconnect", "POST"): Operation(
         "Reconnect one server or all", schemas.ReconnectBody, errors={404: "server not found"}
     ),
+    ("api-mcp-authorize", "POST"): Operation(
+        "Start a person's OAuth authorization of a server (the URL to open)",
+        schemas.AuthorizeBody,
+        answer=_obj({"url": _STR}, ("url",)),
+        errors={
+            404: "server not found",
+            400: "server <name> does not use OAuth authorization",
+            502: "authorization failed: <why>",
+            503: "server <name> is not connected: no worker holds this server",
+        },
+    ),
     ("api-mcp-tools", "GET"): Operation("Registered tools"),
     ("api-mcp-instructions", "GET"): Operation("Server instructions as a system-prompt block"),
     ("api-allowlist", "GET"): Operation("Allow-list entries", query=schemas.AllowQuery),

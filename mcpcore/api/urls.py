@@ -17,6 +17,7 @@ urlpatterns = [
     _named("mcp/tools", views.mcp_tools),
     _named("mcp/status", views.mcp_status),
     _named("mcp/reconnect", views.mcp_reconnect),
+    _named("mcp/authorize", views.mcp_authorize),
     _named("mcp/instructions", views.mcp_instructions),
     _named("mcp/call", views.mcp_call),
     path("mcp/calls/<str:call_id>", views.mcp_call_detail, name="api-mcp-call-detail"),

@@ -13,6 +13,7 @@ from ..models import Server, Tool, ToolCall, mask_config
 from ..schemas import (
     AllowEdit,
     AllowQuery,
+    AuthorizeBody,
     CallWait,
     ClaudeCodeHook,
     InputError,
@@ -93,13 +94,14 @@ def not_found(request: ApiRequest, rest: str = "") -> JsonResponse:
 def mcp_status(request: ApiRequest) -> JsonResponse:
     from django.db.models import Count
 
-    from .. import retention
-    from ..models import iso
+    from .. import oauth, retention
+    from ..models import OAuthAccount, iso
 
     rows = Server.objects.annotate(n=Count("tools")).order_by("name")
+    accounts = {a.server_name: a for a in OAuthAccount.objects.all()}
     storage = retention.storage()
     storage["oldest"] = iso(storage["oldest"])
-    servers = [s.to_status(s.n) for s in rows]
+    servers = [s.to_status(s.n, oauth.status_item(s, accounts.get(s.name))) for s in rows]
     seen = _visible_servers(request)
     if seen is not None:  # a token limited to views: its servers, its tools' count
         servers = [{**s, "tools": seen[s["Name"]]} for s in servers if s["Name"] in seen]
@@ -154,6 +156,22 @@ async def mcp_reconnect(request: ApiRequest) -> JsonResponse:
     if outcome is None:
         raise ApiError("server not found", 404)
     return JsonResponse({"ok": True, "servers": outcome})
+
+
+@api_view(("POST",))
+async def mcp_authorize(request: ApiRequest) -> JsonResponse:
+    """Start a person's OAuth flow for a server (SPEC 16.2): the URL to send the browser to."""
+    from .. import db, oauth
+
+    name = AuthorizeBody.check(json_body(request)).name
+    problem = await db.run(oauth.authorize_problem, name)
+    if problem is not None:
+        raise ApiError(*problem)
+    try:
+        url = await control.authorize(name, f"token:{request.api_token.name}")
+    except control.AuthorizeRefused as exc:
+        raise ApiError(str(exc), exc.status) from None
+    return JsonResponse({"url": url})
 
 
 # --- calls and the gate -----------------------------------------------------------------------

@@ -24,3 +24,9 @@ class SupervisorConsumer(AsyncConsumer):
 
     async def servers_reconnect(self, message: dict) -> None:
         self.supervisor.spawn_reconnect(message.get("names"), message.get("reply"))
+
+    async def oauth_authorize(self, message: dict) -> None:
+        self.supervisor.spawn_authorize(message["server"], message["flow"], message["reply"])
+
+    async def oauth_callback(self, message: dict) -> None:
+        self.supervisor.wake_flow(message["flow"])

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from .. import calls, control, db, files, notify, retention
 from ..models import Server, Worker
+from . import oauth as upstream
 from . import runner
 from .session import ServerSession
 
@@ -59,6 +60,9 @@ class Supervisor:
         self._watcher = files.FileWatcher()
         self._errlogs: dict[str, IO[str]] = {}
         self._connects = asyncio.Semaphore(max(4, 2 * (os.cpu_count() or 1)))
+        # Authorization-code flows this worker runs (SPEC 16.2), by flow id.
+        self.flows: dict[str, upstream.Flow] = {}
+        self._flow_tasks: set[asyncio.Task] = set()
 
     # --- life --------------------------------------------------------------------------------
 
@@ -89,7 +93,7 @@ class Supervisor:
         self._stop.set()
         for task in self._tasks:
             task.cancel()
-        for task in list(self.calls.values()):
+        for task in list(self.calls.values()) + list(self._flow_tasks):
             task.cancel()
         await asyncio.gather(*(s.stop() for s in list(self.sessions.values())), return_exceptions=True)
         self.sessions.clear()
@@ -187,6 +191,57 @@ class Supervisor:
             from channels.layers import get_channel_layer
 
             await get_channel_layer().send(reply, {"type": "reconnect.done", "servers": outcome})
+
+    # --- OAuth flows (SPEC 16.2) -------------------------------------------------------------
+
+    def spawn_authorize(self, server_name: str, flow_id: str, reply: str) -> None:
+        task = asyncio.ensure_future(self._authorize(server_name, flow_id, reply))
+        self._flow_tasks.add(task)
+        task.add_done_callback(self._flow_tasks.discard)
+
+    def wake_flow(self, flow_id: str) -> None:
+        """`/oauth/callback` wrote into a flow's row (on some web process): read it now."""
+        flow = self.flows.get(flow_id)
+        if flow is not None:
+            flow.wake()
+
+    async def _authorize(self, server_name: str, flow_id: str, reply: str) -> None:
+        """Run a person's flow for a server held here: answer `reply` with the authorization
+        URL as soon as it is known (or the error that came first), then wait for the person;
+        with the tokens stored, the server connects at once."""
+        from channels.layers import get_channel_layer
+
+        layer = get_channel_layer()
+        session = self.sessions.get(server_name)
+        server = await db.run(Server.objects.filter(name=server_name).first)
+        if session is None or server is None:
+            await layer.send(reply, {"type": "oauth.url", "error": "no worker holds this server"})
+            return
+        flow = self.flows[flow_id] = upstream.Flow(server, flow_id)
+        task = asyncio.ensure_future(flow.run())
+        try:
+            waiters: set[asyncio.Future] = {task, flow.url}
+            await asyncio.wait(
+                waiters, timeout=settings.AGENVOY_CONNECT_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+            )
+            if flow.url.done():
+                answer = {"url": flow.url.result()}
+            elif task.done() and task.exception() is not None:
+                answer = {"error": str(task.exception())}
+            else:
+                answer = {"error": "authorization failed: the authorization server did not answer in time"}
+            await layer.send(reply, {"type": "oauth.url", **answer})
+            try:
+                await task
+            except upstream.FlowFailed as exc:
+                log.info("server %s: %s", server_name, exc)
+                await control.asend_group(control.STATUS, {"type": "status.changed", "server": server_name})
+                return
+            log.info("server %s: authorized", server_name)
+            session.reconnect()
+        finally:
+            task.cancel()
+            self.flows.pop(flow_id, None)
 
     # --- the loop ----------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from django.conf import settings
 from .. import calls, control, db, gate, results
 from ..choices import CallStatus, Via
 from ..models import ToolCall
-from .session import SessionHost, describe, is_session_lost
+from .session import NEEDS_AUTHORIZATION, SessionHost, describe, is_session_lost
 
 log = logging.getLogger("mcpcore.supervisor")
 
@@ -68,6 +68,13 @@ async def _execute(sup: SessionHost, call: ToolCall) -> tuple[str, str, dict]:
 
 async def _attempts(session, call: ToolCall, timeout: float) -> tuple[str, str, dict]:
     for attempt in (1, 2):
+        if session.error == NEEDS_AUTHORIZATION and not session.ready.is_set():
+            url = f"{settings.AGENVOY_PUBLIC_URL}/servers/{call.server_name}/"
+            return (
+                CallStatus.ERROR,
+                f"server {call.server_name} needs authorization: {url}",
+                {"is_error": True},
+            )
         client = await session.wait_ready(settings.AGENVOY_CONNECT_TIMEOUT)
         if client is None:
             reason = session.error or "still connecting"

@@ -17,9 +17,10 @@ import anyio
 from django.conf import settings
 from mcp import Client
 
-from .. import control, db
+from .. import control, db, notify, oauth
 from ..choices import ServerState, Transport
 from ..models import Server
+from . import oauth as upstream
 from . import registry, transport
 
 log = logging.getLogger("mcpcore.supervisor")
@@ -28,6 +29,8 @@ PAGE_CAP = 100
 DEBOUNCE = 0.2
 BACKOFF_START = 5.0
 BACKOFF_MAX = 300.0
+NEEDS_AUTHORIZATION = "needs authorization"
+HTTP = (Transport.STREAMABLE_HTTP, Transport.SSE)
 
 
 class SessionHost(Protocol):
@@ -80,6 +83,15 @@ def _leaves(group: BaseExceptionGroup):
             yield exc
 
 
+def found(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """`exc` itself or the first exception of that kind inside its groups."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        return next((e for e in _leaves(exc) if isinstance(e, kind)), None)
+    return None
+
+
 def is_session_lost(exc: BaseException) -> bool:
     """Errors that mean the session is gone, not that one request failed."""
     from mcp.shared.exceptions import MCPError
@@ -125,6 +137,8 @@ class ServerSession:
         self.secrets: list[str] = []
         # The `Server.config_hash` the supervisor last (re)started it for.
         self.config_hash = ""
+        # An OAuth server's provider (SPEC 16), shared by its transport and its renewals.
+        self.provider: upstream.Provider | None = None
 
     def describe(self, exc: BaseException) -> str:
         """`describe(exc)` with this server's secret values masked (SPEC 12.3)."""
@@ -188,16 +202,27 @@ class ServerSession:
             self._wake.clear()
             self._lost.clear()
             await self._set_state(ServerState.CONNECTING, self.error)
+            waiting: upstream.NeedsAuthorization | None = None
             try:
                 await self._session(server)
             except Exception as exc:  # any failure of this server stays with this server
-                self.error = self.describe(exc)
-                log.warning("server %s: %s", self.name, self.error)
+                waiting = found(exc, upstream.NeedsAuthorization)  # type: ignore[assignment]
+                refused = found(exc, upstream.ClientRefused)
+                self.error = self.describe(refused or exc)
+                if waiting is None:
+                    log.warning("server %s: %s", self.name, self.error)
             finally:
                 self.client = None
+                self.provider = None
                 self.ready.clear()
             if self._stopping:
                 break
+            if waiting is not None:
+                # A person is needed, not a retry (SPEC 16.1): no backoff, wait to be woken.
+                await self._needs_authorization(waiting.refused)
+                backoff = BACKOFF_START
+                await self._wait_wake(math.inf)
+                continue
             if self._reconnect:
                 backoff = BACKOFF_START
                 continue
@@ -226,12 +251,72 @@ class ServerSession:
         errlog = self.sup.errlog(self.name)
         tag = f"{self.sup.name}:{self.name}:{uuid.uuid4().hex[:8]}"
         self.secrets = transport.secret_values(server.config)
-        target = transport.make_target(server.config, server.transport, errlog, tag)
+        self.provider = await self._authorized(server)
+        target = transport.make_target(server.config, server.transport, errlog, tag, auth=self.provider)
         try:
             await self._connected(server, target)
+        except Exception:
+            if self.provider is None and await self._asks_for_oauth(server):
+                raise upstream.NeedsAuthorization() from None
+            raise
         finally:
             if server.transport == Transport.STDIO:
                 await asyncio.to_thread(transport.sweep, tag)
+
+    async def _authorized(self, server: Server) -> "upstream.Provider | None":
+        """An OAuth server's provider with valid tokens (renewed if need be), None for a server
+        without OAuth; NeedsAuthorization or ClientRefused otherwise (SPEC 16)."""
+        if server.transport not in HTTP:
+            return None
+        account = await db.run(oauth.account_for, self.name)
+        grant = oauth.grant_of(server, account)
+        if grant is None:
+            return None
+        return await upstream.ready(server, grant)
+
+    async def _asks_for_oauth(self, server: Server) -> bool:
+        """A failed connect of an HTTP server with no `oauth` key and no Authorization header:
+        did it answer 401 + `WWW-Authenticate: Bearer` (SPEC 16.1)? Then it is remembered."""
+        config = server.config
+        if server.transport not in HTTP or "oauth" in config or oauth.has_authorization_header(config):
+            return False
+        if not await upstream.asks_for_oauth(config):
+            return False
+        await db.run(oauth.mark_detected, self.name, oauth.server_url(config))
+        log.info("server %s asks for OAuth: needs authorization", self.name)
+        return True
+
+    async def _needs_authorization(self, refused: str) -> None:
+        """The state of SPEC 16.1; after a refused renewal the stored tokens are dropped and
+        people are told (SPEC 16.4)."""
+        self.error = NEEDS_AUTHORIZATION
+        if refused:
+            log.warning("server %s: the authorization server refused the renewal: %s", self.name, refused)
+            await db.run(oauth.clear_tokens, self.name)
+            await db.run(notify.queue_needs_authorization, self.name)
+        await self._set_state(ServerState.NEEDS_AUTHORIZATION, NEEDS_AUTHORIZATION)
+        self._finish_attempts(NEEDS_AUTHORIZATION)
+
+    async def _renewer(self) -> None:
+        """Renew the access token at 80 % of its lifetime, used or not (SPEC 16.4). Only the
+        holder of the server's session runs this. A refusal ends the session (raised)."""
+        provider = self.provider
+        assert provider is not None
+        while True:
+            account = await db.run(oauth.account_for, self.name)
+            delay = upstream.renew_in(account.issued_at, account.expires_at) if account else None
+            if delay is None:
+                return  # a token that does not expire is never renewed
+            await anyio.sleep(delay)
+            url = account.url if account else ""
+            try:
+                await upstream.renew(provider, url)
+            except (upstream.NeedsAuthorization, upstream.ClientRefused):
+                raise
+            except Exception as exc:
+                # The authorization server is down: the token holds until it expires; again soon.
+                log.warning("server %s: token renewal failed: %s", self.name, self.describe(exc))
+                await anyio.sleep(5.0)
 
     async def _connected(self, server: Server, target) -> None:
         client = Client(target, message_handler=self._on_message, cache=None, mode="auto")
@@ -262,6 +347,8 @@ class ServerSession:
             if self.protocol >= "2026":
                 tg.start_soon(self._listen, client)
             tg.start_soon(self._pinger, client)
+            if self.provider is not None:
+                tg.start_soon(self._renewer)
             poll = settings.AGENVOY_POLL_SECONDS
             next_poll = anyio.current_time() + poll * random.uniform(0.9, 1.1)
             while not (self._wake.is_set() or self._lost.is_set()):

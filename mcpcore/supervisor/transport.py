@@ -57,6 +57,9 @@ def secret_values(config: dict, environ: Mapping[str, str] | None = None) -> lis
         for value in (config.get(key) or {}).values():
             expanded = expand(str(value), env)
             found.update({expanded, auth_header(expanded), expanded.strip()})
+    oauth = config.get("oauth")
+    if isinstance(oauth, dict) and isinstance(oauth.get("client_secret"), str):
+        found.add(expand(oauth["client_secret"], env))
     for text in [*(config.get("args") or []), *(str(v) for v in (config.get("env") or {}).values())]:
         for m in _VAR.finditer(str(text)):
             name = m.group(1) or m.group(2)
@@ -126,8 +129,11 @@ _PASS_THROUGH = {
 }
 
 
-def make_target(config: dict, transport: str, errlog: IO[str], tag: str = ""):
-    """The transport object the Client connects through."""
+def make_target(
+    config: dict, transport: str, errlog: IO[str], tag: str = "", auth: httpx2.Auth | None = None
+):
+    """The transport object the Client connects through; `auth` (an OAuth provider, SPEC 16)
+    signs the HTTP requests of an OAuth server."""
     if transport == Transport.STDIO:
         return stdio_transport(stdio_params(config, tag), errlog)
     # Not expanded (SPEC 12.3): a URL built from the environment could send a header's secret
@@ -135,8 +141,9 @@ def make_target(config: dict, transport: str, errlog: IO[str], tag: str = ""):
     url = config["url"].strip()
     headers = expanded_headers(config)
     if transport == Transport.SSE:
-        return sse_client(url, headers=headers)
+        return sse_client(url, headers=headers, auth=auth)
     client = httpx2.AsyncClient(
+        auth=auth,
         headers=headers,
         timeout=httpx2.Timeout(30.0, read=None),
         transport=_Bounded(httpx2.AsyncHTTPTransport()),
