@@ -255,6 +255,20 @@ class RawMcp:
             raise McpError(f"{message['error'].get('code')}: {message['error'].get('message')}")
         return message["result"]
 
+    async def list_tools(self) -> dict:
+        """`tools/list` (one page); the result as a dict."""
+        request_id = next(self._ids)
+        params: dict = {}
+        if self.era == MODERN:
+            params["_meta"] = {
+                PROTOCOL_VERSION_META_KEY: MODERN,
+                CLIENT_CAPABILITIES_META_KEY: {},
+                CLIENT_INFO_META_KEY: CLIENT_INFO,
+            }
+        body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/list", "params": params})
+        r = await self._send("POST", body.encode(), self._era_headers("tools/list"))
+        return self._answer(r, request_id)
+
     async def call(
         self,
         name: str,

@@ -1,4 +1,4 @@
-"""Tokens, tools, pins and server names as every call reads them, kept in memory until any of them changes.
+"""Tokens, tools, pins, server names and views as every call reads them, kept in memory until any of them changes.
 
 Every change to those tables, made by any process through any door (pages, `/v1`, the
 supervisor, a management command, the admin, plain SQL), raises the one `CacheGeneration`
@@ -90,6 +90,28 @@ def pin(registered_name: str) -> str:
     )
 
 
+def view(name: str):
+    """The View of this name, or None."""
+    from .models import View
+
+    return _through("view", name, lambda: View.objects.filter(name=name).first())
+
+
+def scope(token):
+    """What a token limited to views may see (`toolviews.Scope`); None for an unlimited one
+    (or no token: a person in the browser), with no query."""
+    if token is None or not token.view_limited:
+        return None
+    from .models import View
+    from .toolviews import Scope
+
+    def load():
+        rows = View.objects.filter(tokens=token.pk).order_by("name")
+        return Scope({v.name: v.selection() for v in rows})
+
+    return _through("scope", str(token.pk), load)
+
+
 def server_exists(name: str) -> bool:
     """Whether a server of this name is configured (`/mcp/<server>` asks on every request)."""
     from .models import Server
@@ -101,7 +123,9 @@ def server_exists(name: str) -> bool:
 
 # table -> the columns whose change matters (None: any change)
 WATCHED = {
-    "mcpcore_apitoken": ("name", "role", "token_hash", "may_auto", "revoked_at"),
+    "mcpcore_apitoken": ("name", "role", "token_hash", "may_auto", "revoked_at", "view_limited"),
+    "mcpcore_view": None,
+    "mcpcore_apitoken_views": None,
     "mcpcore_server": ("name", "enabled", "state", "last_error"),
     "mcpcore_tool": None,
     "mcpcore_toolpin": None,

@@ -160,6 +160,7 @@ def create(
     mode: object,
     via: str = Via.REST,
     local: LocalSupervisor | None = None,
+    within: Callable[[str], bool] | None = None,
 ) -> ToolCall:
     """Check a call request (the contract's `schemas.CallRequest`: every door gets the same
     checks and messages), run it through the gate, and record it (SPEC 5, 7). Sync;
@@ -170,12 +171,19 @@ def create(
     process) holds its server, already claimed by it (nobody else can see the row before it
     is committed, so this claim needs no condition), else unclaimed, for `claim` by the
     server's owner.
+
+    A token limited to views (SPEC 19), and `within` (the view of `/mcp/v/<view>`), see only
+    their tools: any other name is an unknown tool, refused on the name alone before any
+    lookup, so a hidden tool and one that does not exist take the same steps.
     """
     request = checked(
         schemas.CallRequest, {"name": name, "arguments": arguments, "session_id": session_id, "mode": mode}
     )
     arguments, norm = request.arguments, request.mode
-    tool = cache.tool(request.name.strip())
+    wanted = request.name.strip()
+    scope = cache.scope(token)
+    hidden = (scope is not None and not scope(wanted)) or (within is not None and not within(wanted))
+    tool = None if hidden else cache.tool(wanted)
     if tool is None:
         raise CallError(f"unknown tool: {name}", 404)
     server = tool.server

@@ -9,7 +9,7 @@ from django import forms
 
 from . import files, schemas, serverconfig
 from .choices import CallDecision, CallStatus, TokenRole, Transport
-from .models import SECRET_MASK
+from .models import SECRET_MASK, View
 
 TRANSPORT_CHOICES = [
     (Transport.STDIO, "stdio (a command)"),
@@ -195,6 +195,10 @@ class TokenForm(forms.Form):
     # Left out (an old form, a script), a new token gets the least rights: agent.
     role = forms.ChoiceField(choices=TokenRole.choices, initial=TokenRole.AGENT, required=False, label="Role")
     may_auto = forms.BooleanField(required=False, initial=True, label="May use auto mode")
+    # None chosen: the token sees every tool; some: only theirs (SPEC 19), for its whole life.
+    views = forms.ModelMultipleChoiceField(
+        queryset=View.objects.order_by("name"), to_field_name="name", required=False, label="Views"
+    )
 
 
 # A page's reply buttons, named after the decision each records, as the body `calls.reply` takes.

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from django.db import models
 from django.utils import timezone
 
-from . import names
+from . import names, toolviews
 from .choices import (
     CALL_ENDED,
     CallDecision,
@@ -91,19 +91,16 @@ class Server(models.Model):
         return names.server_prefix(self.name)
 
     @property
-    def misconfigured(self) -> bool:
-        return self.transport == ""
-
-    @property
     def is_connected(self) -> bool:
         return self.state == ServerState.CONNECTED
 
     @property
+    def misconfigured(self) -> bool:
+        return self.transport == ""
+
+    @property
     def is_connecting(self) -> bool:
         return self.state == ServerState.CONNECTING
-
-    def masked_config(self) -> dict:
-        return mask_config(self.config)
 
     @staticmethod
     def hash_config(config: dict) -> str:
@@ -232,6 +229,28 @@ class Tool(models.Model):
         }
 
 
+class View(models.Model):
+    """A named set of tools (SPEC 19): a tool is in it when one of `include` matches its
+    registered name and none of `exclude` does (`toolviews.Selection`). Served on
+    `/mcp/v/<name>`; tokens may be limited to views."""
+
+    name = models.CharField(max_length=64, unique=True)
+    description = models.TextField(blank=True, default="")
+    include = models.JSONField(default=list)
+    exclude = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def selection(self) -> "toolviews.Selection":
+        return toolviews.Selection(self.include, self.exclude)
+
+
 class AllowEntry(models.Model):
     """One line of `allow_tool`; the table mirrors the file, which stays the shared truth."""
 
@@ -240,9 +259,6 @@ class AllowEntry(models.Model):
 
     class Meta:
         ordering = ["entry"]
-
-    def __str__(self) -> str:
-        return self.entry
 
 
 class ApiToken(models.Model):
@@ -257,6 +273,12 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Limited to views (SPEC 19): it sees only the tools of `views`, none when it has none
+    # left. Fixed when it is made, like the role; an unlimited token sees everything.
+    view_limited = models.BooleanField(default=False, db_default=False)
+    views: "models.ManyToManyField[View, Any]" = models.ManyToManyField(
+        "View", blank=True, related_name="tokens"
+    )
     # Not columns: set on the rows of the tokens page for display (views._token_rows), the
     # grants in force by its Prefetch(to_attr="grants").
     used_ago: str
@@ -273,14 +295,28 @@ class ApiToken(models.Model):
         return hashlib.sha256(token.encode()).hexdigest()
 
     @classmethod
-    def issue(cls, name: str, may_auto: bool = True, role: str = TokenRole.AGENT) -> tuple["ApiToken", str]:
-        """Create a token; returns the row and the clear token, which is never stored."""
+    def issue(
+        cls,
+        name: str,
+        may_auto: bool = True,
+        role: str = TokenRole.AGENT,
+        views: list["View"] | None = None,
+    ) -> tuple["ApiToken", str]:
+        """Create a token; returns the row and the clear token, which is never stored. Given
+        `views` (a list, even an empty one), the token is limited to them (SPEC 19)."""
         if role not in TokenRole.values:
             raise ValueError(f"unknown role: {role}")
         token = "agv_" + secrets.token_urlsafe(32)
         row = cls.objects.create(
-            name=name, token_hash=cls.hash(token), hint=token[:8], may_auto=may_auto, role=role
+            name=name,
+            token_hash=cls.hash(token),
+            hint=token[:8],
+            may_auto=may_auto,
+            role=role,
+            view_limited=views is not None,
         )
+        if views:
+            row.views.set(views)
         return row, token
 
     @property
@@ -382,12 +418,12 @@ class ToolCall(models.Model):
         return f"{self.tool_name} ({self.status})"
 
     @property
-    def ended(self) -> bool:
-        return self.status in CALL_ENDED
-
-    @property
     def is_pending(self) -> bool:
         return self.status == CallStatus.PENDING
+
+    @property
+    def ended(self) -> bool:
+        return self.status in CALL_ENDED
 
     @property
     def is_permission_prompt(self) -> bool:
@@ -543,9 +579,6 @@ class ToolPin(models.Model):
     class Meta:
         ordering = ["registered_name"]
 
-    def __str__(self) -> str:
-        return self.registered_name
-
 
 class RuleLine(models.Model):
     """One rule of the last good `rules` file: what stays in force while the file has a bad
@@ -613,10 +646,6 @@ class Delivery(models.Model):
         return f"{self.event_type} to {self.target_id} ({self.status})"
 
     @property
-    def is_pending(self) -> bool:
-        return self.status == DeliveryStatus.PENDING
-
-    @property
     def badge(self) -> str:
         """The status badge it shares with calls: sent looks done, failed looks like an error."""
         badges: dict[str, str] = {
@@ -624,6 +653,10 @@ class Delivery(models.Model):
             DeliveryStatus.FAILED: CallStatus.ERROR,
         }
         return badges.get(self.status, CallStatus.PENDING)
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == DeliveryStatus.PENDING
 
 
 # --- cache generation (issue 11) ----------------------------------------------------------------

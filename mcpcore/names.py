@@ -77,6 +77,7 @@ def normalize_schema(schema: object) -> dict:
 
 EXPOSED_MAX = 64
 _EXPOSED_BAD = re.compile(r"[^A-Za-z0-9_-]")
+_SHORTENED = re.compile(r"[A-Za-z0-9_-]{0,55}_[0-9a-f]{8}")
 
 
 def exposed_name(server: str, tool: str) -> str:
@@ -90,3 +91,9 @@ def exposed_name(server: str, tool: str) -> str:
         return name
     digest = hashlib.sha256(registered_name(server, tool).encode("utf-8")).hexdigest()[:8]
     return f"{_EXPOSED_BAD.sub('_', name)[:55]}_{digest}"
+
+
+def may_be_shortened(name: str) -> bool:
+    """Whether `name` has the shape `exposed_name` gives a name it had to shorten: only then
+    can a lookup by the whole list find a tool the name itself does not spell out."""
+    return bool(_SHORTENED.fullmatch(name))

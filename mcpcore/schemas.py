@@ -36,7 +36,7 @@ from pydantic import (
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticCustomError, PydanticUseDefault, core_schema
 
-from . import allowlist, gate, names
+from . import allowlist, gate, names, toolviews
 from .choices import CallStatus
 
 # The pydantic error types of this contract's messages: one a validator raises (`refuse`),
@@ -593,6 +593,67 @@ class RulesEdit(Contract):
         Strict(),
         Message("rules must be a list of strings, one rule each"),
         AfterValidator(_one_a_line),
+    ]
+
+
+# --- views (SPEC 19) ----------------------------------------------------------------------------
+
+
+def _view_name(name: Any) -> str:
+    name = name.strip() if isinstance(name, str) else name
+    problem = toolviews.name_problem(name)
+    if problem:
+        raise refuse(f"invalid view name: {problem}")
+    return name
+
+
+def _patterns(patterns: list[str]) -> list[str]:
+    cleaned = toolviews.clean_patterns(patterns)
+    for pattern in cleaned:
+        if not toolviews.is_pattern(pattern):
+            raise refuse(f"invalid pattern: {pattern}")
+    return cleaned
+
+
+def _pattern_list(field: str) -> Any:
+    return Annotated[
+        list[str],
+        Strict(),
+        Message(f"{field} must be a list of patterns"),
+        BeforeValidator(_absent),
+        AfterValidator(_patterns),
+    ]
+
+
+class ViewEdit(Contract):
+    """`POST /v1/views`: create or replace one view. A tool is in it when an `include`
+    pattern matches its registered name and no `exclude` pattern does; a pattern is a
+    registered name or a prefix of one followed by `*`."""
+
+    name: Annotated[
+        str,
+        PlainValidator(_view_name, json_schema_input_type=str),
+        Field(description="section 3's server-name rules"),
+    ]
+    description: Annotated[
+        str, Strict(), Message("description must be a string"), BeforeValidator(_absent)
+    ] = ""
+    include: _pattern_list("include") = []  # type: ignore[valid-type]
+    exclude: _pattern_list("exclude") = []  # type: ignore[valid-type]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("name") is None:
+            raise refuse(f"invalid view name: {toolviews.name_problem(None)}")
+        return data
+
+
+class ViewRef(Contract):
+    """`POST /v1/views/remove`: the view to remove."""
+
+    name: Annotated[
+        str, Strict(), Message("name is required"), not_blank("name is required"), AfterValidator(str.strip)
     ]
 
 

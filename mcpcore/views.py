@@ -36,7 +36,20 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 from django_htmx.middleware import HtmxDetails
 
-from . import allowlist, calls, control, files, live, notify, oauth, onetap, retention, rules, serverconfig
+from . import (
+    allowlist,
+    calls,
+    control,
+    files,
+    live,
+    notify,
+    oauth,
+    onetap,
+    retention,
+    rules,
+    serverconfig,
+    viewstore,
+)
 from .choices import CallDecision, CallStatus, ServerState, TargetKind, TokenRole
 from .forms import (
     HistoryFilter,
@@ -56,10 +69,11 @@ from .models import (
     SessionAllowance,
     Tool,
     ToolCall,
+    View,
     mask_config,
     transport_of,
 )
-from .schemas import InputError, RulesEdit
+from .schemas import InputError, RulesEdit, ViewEdit
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -842,7 +856,7 @@ def call_detail(request: HtmxRequest, call_id: uuid.UUID) -> HttpResponse:
 
 
 def _token_rows() -> list[ApiToken]:
-    rows = list(ApiToken.objects.prefetch_related(_active_grants()))
+    rows = list(ApiToken.objects.prefetch_related(_active_grants(), "views"))
     now = timezone.now()
     for row in rows:
         row.used_ago = live.ago(row.last_used_at) or "never"
@@ -877,8 +891,12 @@ def token_create(request: HtmxRequest) -> HttpResponse:
     if not form.is_valid():
         return _tokens_page(request, form, None, status=400)
     data = form.cleaned_data
-    row, token = ApiToken.issue(data["name"].strip(), data["may_auto"], data["role"] or TokenRole.AGENT)
-    return _tokens_page(request, TokenForm(), {"row": row, "token": token, "config": client_config(token)})
+    views = list(data["views"]) or None
+    row, token = ApiToken.issue(
+        data["name"].strip(), data["may_auto"], data["role"] or TokenRole.AGENT, views
+    )
+    config = client_config(token, [v.name for v in views] if views else None)
+    return _tokens_page(request, TokenForm(), {"row": row, "token": token, "config": config})
 
 
 @login_required
@@ -912,16 +930,33 @@ def _active_grants() -> Prefetch:
     return Prefetch("permission_grants", queryset=rows, to_attr="grants")
 
 
-def client_config(token: str) -> dict:
+def client_config(token: str, views: list[str] | None = None) -> dict:
     """Ready-to-paste configuration of MCP clients for a token (SPEC 13.4): shown once, with
-    the token it was made for."""
+    the token it was made for. For a token limited to views (SPEC 19) the snippets name its
+    view's endpoint `/mcp/v/<view>` (its first, by name), and each of its views is offered;
+    for any other token `/mcp`, with every view offered as a narrower endpoint."""
     base = settings.AGENVOY_PUBLIC_URL
     header = f"Authorization: Bearer {token}"
-    server = {"type": "http", "url": f"{base}/mcp", "headers": {"Authorization": f"Bearer {token}"}}
+    offered = (
+        sorted(views)
+        if views is not None
+        else list(View.objects.order_by("name").values_list("name", flat=True))
+    )
+    name, path = (f"{MCP_NAME}-{offered[0]}", f"/mcp/v/{offered[0]}") if views else (MCP_NAME, "/mcp")
+    server = {"type": "http", "url": f"{base}{path}", "headers": {"Authorization": f"Bearer {token}"}}
     return {
-        "claude_add": f'claude mcp add --transport http {MCP_NAME} {base}/mcp --header "{header}"',
-        "mcp_servers": json.dumps({"mcpServers": {MCP_NAME: server}}, indent=2),
-        "vscode": json.dumps({"servers": {MCP_NAME: server}}, indent=2),
+        "url": f"{base}{path}",
+        "claude_add": f'claude mcp add --transport http {name} {base}{path} --header "{header}"',
+        "mcp_servers": json.dumps({"mcpServers": {name: server}}, indent=2),
+        "vscode": json.dumps({"servers": {name: server}}, indent=2),
+        "views": [
+            {
+                "name": v,
+                "url": f"{base}/mcp/v/{v}",
+                "claude_add": f'claude mcp add --transport http {MCP_NAME}-{v} {base}/mcp/v/{v} --header "{header}"',
+            }
+            for v in offered
+        ],
         "permission_add": (
             f'claude mcp add --transport http {PERMISSION_NAME} {base}/mcp/_permission --header "{header}"'
         ),
@@ -1043,6 +1078,71 @@ def rules_page(request: HtmxRequest) -> HttpResponse:
     in_force, problem = files.current_rules()
     context = {"rules": in_force, "problem": problem, "text": text, "save_error": save_error}
     return render(request, "mcpcore/rules.html", context, status=status)
+
+
+# --- views (SPEC 19) ----------------------------------------------------------------------------
+
+
+def _pattern_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.replace("\r\n", "\n").split("\n") if line.strip()]
+
+
+def _view_rows() -> list[dict]:
+    """Every view as `GET /v1/views` lists it, plus the tokens limited to it."""
+    tokens: dict[str, list[str]] = {}
+    for view, token in ApiToken.views.through.objects.filter(apitoken__revoked_at__isnull=True).values_list(
+        "view__name", "apitoken__name"
+    ):
+        tokens.setdefault(view, []).append(token)
+    base = settings.AGENVOY_PUBLIC_URL
+    return [
+        {**row, "url": f"{base}/mcp/v/{row['name']}", "token_names": sorted(tokens.get(row["name"], []))}
+        for row in viewstore.listing()
+    ]
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def views_page(request: HtmxRequest) -> HttpResponse:
+    """Views (SPEC 19): each with its patterns and the tools in it now; a form that creates
+    or replaces one (`?edit=<name>` fills it with that view). A bad name or pattern is
+    refused with the API's message, nothing saved."""
+    save_error, status = "", 200
+    if request.method == "POST":
+        form = {k: request.POST.get(k, "") for k in ("name", "description", "include", "exclude")}
+        try:
+            edit = ViewEdit.check(
+                {
+                    "name": form["name"],
+                    "description": form["description"],
+                    "include": _pattern_lines(form["include"]),
+                    "exclude": _pattern_lines(form["exclude"]),
+                }
+            )
+        except InputError as exc:
+            save_error, status = exc.message, 400
+        else:
+            viewstore.save(edit.name, edit.description, edit.include, edit.exclude)
+            messages.success(request, f"Saved view {edit.name}.")
+            return redirect(f"{reverse('views')}#view-{edit.name}")
+    else:
+        editing = View.objects.filter(name=request.GET.get("edit", "")).first()
+        form = {
+            "name": editing.name if editing else "",
+            "description": editing.description if editing else "",
+            "include": "\n".join(editing.include) if editing else "",
+            "exclude": "\n".join(editing.exclude) if editing else "",
+        }
+    context = {"views": _view_rows(), "form": form, "save_error": save_error, "editing": bool(form["name"])}
+    return render(request, "mcpcore/views.html", context, status=status)
+
+
+@login_required
+@require_POST
+def view_remove(request: HtmxRequest, name: str) -> HttpResponse:
+    if viewstore.remove(name):
+        messages.success(request, f"Removed view {name}; the tokens limited to it no longer see its tools.")
+    return redirect("views")
 
 
 # --- approve from anywhere (SPEC 15) ----------------------------------------------------------

@@ -246,19 +246,30 @@ class Consoles:
     """Makes live consoles on demand and cleans up after them: each is closed, and every MCP
     server process it started is ended (by pid), even when a test killed the console itself.
 
-    `console(servers, env, start=True, **more_env)`: a `tests.live.Console` with this mcp.json
-    (`servers`; None writes none) and these settings (values made strings), started unless
-    `start=False` (then write its files and call `console.start(c)`)."""
+    `console(servers, env, start=True, allow=None, **more_env)`: a `tests.live.Console` with
+    this mcp.json (`servers`; None writes none), this `allow_tool` (its lines) and these settings
+    (values made strings), started unless `start=False` (then write its files and call
+    `console.start(c)`)."""
 
     def __init__(self, base: Path) -> None:
         self.base = base
         self.made: list = []
         self._servers: dict = {}
 
-    def __call__(self, servers: dict | None = None, env: dict | None = None, *, start: bool = True, **more):
+    def __call__(
+        self,
+        servers: dict | None = None,
+        env: dict | None = None,
+        *,
+        start: bool = True,
+        allow: list[str] | None = None,
+        **more,
+    ):
         settings = {k: str(v) for k, v in {**(env or {}), **more}.items()}
         c = Console(self.base / f"c{len(self.made)}", servers, settings)
         self.made.append(c)
+        if allow is not None:
+            (c.home / "allow_tool").write_text("".join(f"{entry}\n" for entry in allow))
         return self.start(c) if start else c
 
     def start(self, c):

@@ -59,3 +59,11 @@ def test_it_keeps_two_shortened_names_apart(server, one, other):
     )
     if shortened and one.strip() != other.strip():
         assert a != b  # the hash of the registered name tells them apart
+
+
+@given(server_names, tool_names)
+def test_it_knows_every_shortened_name_by_its_shape(server, tool):
+    # The MCP endpoint looks a name up in the whole list only when it may be a shortened one.
+    name = names.exposed_name(server, tool)
+    if name != f"{server}__{tool.strip()}":
+        assert names.may_be_shortened(name)

@@ -4,9 +4,7 @@ SDK's client (tests/mcp_ts_client.mjs)."""
 
 import base64
 import json
-import queue
 import sqlite3
-import subprocess
 import threading
 import time
 import uuid
@@ -18,25 +16,20 @@ import pytest
 from mcp import MCPError
 
 from mcpcore import names
-from tests.live import ROOT, db_rows, everything_stdio, our_server, wait_until
-from tests.mcpclients import in_thread, mcp_client, pending_for, wait_pending
+from tests.live import db_rows, everything_stdio, our_server, wait_until
+from tests.mcpclients import TsClient, grow_tool, in_thread, mcp_client, pending_for, until_told, wait_pending
 
 pytestmark = pytest.mark.live
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ERAS = ["legacy", "auto"]  # the 2025-11-25 handshake, and 2026-07-28 (what auto picks here)
-TS_CLIENT = ROOT / "tests" / "mcp_ts_client.mjs"
 
 
 @pytest.fixture(scope="module")
 def c(module_console):
-    console = module_console(
-        {"every": everything_stdio(), "echo": our_server("echo.py"), "dyn": our_server("dynamic.py")},
-        {"AGENVOY_CALL_TIMEOUT": "10"},
-        start=False,
-    )
-    (console.home / "allow_tool").write_text("mcp__every__*\nmcp__echo__sleep\nmcp__echo__add\nmcp__dyn__*\n")
-    module_console.start(console)
+    servers = {"every": everything_stdio(), "echo": our_server("echo.py"), "dyn": our_server("dynamic.py")}
+    allow = ["mcp__every__*", "mcp__echo__sleep", "mcp__echo__add", "mcp__dyn__*"]
+    console = module_console(servers, {"AGENVOY_CALL_TIMEOUT": "10"}, allow=allow)
     console.wait_connected("every", "echo", "dyn")
     return console
 
@@ -314,41 +307,11 @@ def test_it_cancels_a_running_call_upstream_when_the_client_goes_away(c):
 
 @pytest.mark.parametrize("mode", ERAS)
 def test_it_tells_clients_about_a_grown_tool_within_two_seconds(c, mode):
-    name = f"grown_{mode}"
-
-    async def main():
-        seen = anyio.Event()
-
-        async def on_message(message):
-            if isinstance(message, mcp_types.ToolListChangedNotification):
-                seen.set()
-
-        async with mcp_client(c, "/mcp", mode, message_handler=on_message) as client:
-            async with anyio.create_task_group() as tg:
-                if mode != "legacy":
-                    ready = anyio.Event()
-
-                    async def listen():
-                        async with client.listen(tools_list_changed=True):
-                            ready.set()
-                            await anyio.sleep_forever()
-
-                    tg.start_soon(listen)
-                    await ready.wait()
-                await client.list_tools()  # a round trip: the 2025 notification stream is open by now
-                r = await in_thread(lambda: c.call("mcp__dyn__add_tool", {"name": name}, mode="auto"))
-                assert r.status_code == 200 and r.json()["status"] == "done", r.text
-                asked = time.monotonic()
-                with anyio.fail_after(5):
-                    await seen.wait()
-                took = time.monotonic() - asked
-                tools = {t.name for t in (await client.list_tools(cache_mode="refresh")).tools}
-                tg.cancel_scope.cancel()
-            return took, tools
-
-    took, tools = anyio.run(main)
+    _, took, tools = anyio.run(
+        until_told, c.url + "/mcp", c.token, mode, lambda: grow_tool(c, f"grown_{mode}")
+    )
     assert took < 2, took
-    assert f"dyn__{name}" in tools
+    assert f"dyn__grown_{mode}" in tools
 
 
 def test_it_serves_and_calls_a_tool_under_its_shortened_name(c):
@@ -468,63 +431,6 @@ def test_it_leaves_out_a_server_that_goes_down_and_answers_its_calls_with_the_50
 
 
 # --- the TypeScript SDK -------------------------------------------------------------------------
-
-
-class TsClient:
-    """tests/mcp_ts_client.mjs in a subprocess, one JSON line per command and per event."""
-
-    def __init__(self, c, path="/mcp") -> None:
-        self.proc = subprocess.Popen(
-            ["node", str(TS_CLIENT), c.url + path, c.token],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.events: queue.Queue = queue.Queue()
-        self.seen: list[dict] = []
-        self._next = 0
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self.connected = self.wait(lambda e: e.get("event") == "connected", 20)
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.events.put(json.loads(line))
-
-    def send(self, op: str, **fields) -> int:
-        self._next += 1
-        self.proc.stdin.write(json.dumps({"id": self._next, "op": op, **fields}) + "\n")
-        self.proc.stdin.flush()
-        return self._next
-
-    def wait(self, predicate, timeout: float) -> dict:
-        for event in self.seen:
-            if predicate(event):
-                return event
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no such event within {timeout}s; seen {self.seen[-5:]}")
-            try:
-                event = self.events.get(timeout=left)
-            except queue.Empty:
-                continue
-            self.seen.append(event)
-            if predicate(event):
-                return event
-
-    def answer(self, request_id: int, timeout: float) -> dict:
-        return self.wait(lambda e: e.get("id") == request_id and ("result" in e or "error" in e), timeout)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(5)
-        self._reader.join(5)  # it reads to the end of the dead process's output
-        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            pipe.close()
 
 
 @pytest.fixture

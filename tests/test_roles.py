@@ -64,12 +64,16 @@ EXPECT: dict[tuple[str, str], dict] = {
     # Any role may post a hook (a permission prompt of its own); the empty body names no event.
     ("api-hooks-claude-code", "POST"): same((400, "unsupported hook event: ")),
     ("api-calls-export", "GET"): {"agent": denied("export history"), "approver": OK, "admin": OK},
+    ("api-views", "GET"): same(OK),
+    ("api-views", "POST"): admin_only("change views", (400, "invalid view name: must not be empty")),
+    ("api-views-remove", "POST"): admin_only("change views", (404, "view not found")),
     **{("api-not-found", m): same((404, "not found")) for m in ("GET", "POST", "PUT", "PATCH", "DELETE")},
     **{("api-not-found-any", m): same((404, "not found")) for m in ("GET", "POST", "PUT", "PATCH", "DELETE")},
 }
 BODIES = {
     "api-mcp-remove": {"name": "nope"},
     "api-mcp-reconnect": {"name": "nope"},
+    "api-views-remove": {"name": "nope"},
     "api-mcp-authorize": {"name": "nope"},
     "api-confirm": {"approve": False, "reason": "no"},
     "api-rules": {"rules": []},

@@ -21,9 +21,7 @@ ECHO = "mcp__echo__echo"
 
 @pytest.fixture(scope="module")
 def c(module_console):
-    console = module_console({"echo": our_server("echo.py")}, start=False)
-    (console.home / "allow_tool").write_text(f"{ECHO}\n")
-    module_console.start(console)
+    console = module_console({"echo": our_server("echo.py")}, allow=[ECHO])
     console.wait_connected("echo")
     return console
 

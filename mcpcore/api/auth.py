@@ -133,6 +133,7 @@ RIGHTS: dict[tuple[str, str], Right] = {
     ("api-pending", "GET"): Right(calls="list"),
     ("api-confirm", "POST"): Right(calls="reply"),
     ("api-hooks-claude-code", "POST"): ANY,  # a permission prompt of the token's own (SPEC 17.1)
+    ("api-views", "GET"): ANY,
     ("api-mcp", "GET"): admin_only("read server configuration"),
     ("api-mcp", "POST"): admin_only("change servers"),
     ("api-mcp-remove", "POST"): admin_only("change servers"),
@@ -141,6 +142,8 @@ RIGHTS: dict[tuple[str, str], Right] = {
     ("api-allowlist", "POST"): admin_only("change the allow-list"),
     ("api-rules", "POST"): admin_only("change rules"),
     ("api-calls-export", "GET"): Right(frozenset({APPROVER, ADMIN}), "export history"),
+    ("api-views", "POST"): admin_only("change views"),
+    ("api-views-remove", "POST"): admin_only("change views"),
     # `GET /metrics` (outside /v1: an allowed address needs no token) checks its own rule,
     # admin only, 403 `this token may not read metrics` (mcpcore.api.ops).
     # Unknown paths answer 404 to every token (after auth, so they reveal nothing).

@@ -56,6 +56,16 @@ _RULES = _obj(
     },
     ("rules", "error"),
 )
+_VIEW = _obj(
+    {
+        "name": _STR,
+        "description": _STR,
+        "include": {"type": "array", "items": _STR},
+        "exclude": {"type": "array", "items": _STR},
+        "tools": {"type": "array", "items": _STR, "description": "registered names of the tools in it now"},
+    },
+    ("name", "description", "include", "exclude", "tools"),
+)
 _FILE = {409: "the file is unreadable or invalid (fix the file first; it was not changed)"}
 
 
@@ -154,6 +164,18 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "The call history, streamed oldest first, one call per line (JSON Lines, or CSV)",
         query=schemas.ExportQuery,
         answer={"type": "string"},
+    ),
+    ("api-views", "GET"): Operation(
+        "Views, sorted by name, with the tools each holds now (a token limited to views: its own)",
+        answer=_obj({"views": {"type": "array", "items": _VIEW}}, ("views",)),
+    ),
+    ("api-views", "POST"): Operation(
+        "Create or replace a view",
+        schemas.ViewEdit,
+        answer=_obj({"ok": {"type": "boolean"}, "view": _VIEW}, ("ok", "view")),
+    ),
+    ("api-views-remove", "POST"): Operation(
+        "Remove a view (and from the tokens limited to it)", schemas.ViewRef, errors={404: "view not found"}
     ),
     ("api-confirm", "POST"): Operation(
         "Reply to a pending confirmation",

@@ -7,7 +7,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.utils import timezone
 
-from .. import allowlist, control, files, serverconfig
+from .. import allowlist, cache, control, files, serverconfig, viewstore
 from ..choices import CallStatus
 from ..models import Server, Tool, ToolCall, mask_config
 from ..schemas import (
@@ -21,6 +21,8 @@ from ..schemas import (
     RulesEdit,
     ServerEdit,
     ServerRef,
+    ViewEdit,
+    ViewRef,
     WaitQuery,
 )
 from .auth import ApiError, ApiRequest, api_view, json_body, reply_refusal, visible_calls
@@ -73,7 +75,9 @@ def allowlist_view(request: ApiRequest) -> JsonResponse:
 
 @api_view(("GET",))
 def mcp_tools(request: ApiRequest) -> JsonResponse:
-    tools = list(Tool.objects.select_related("server").order_by("registered_name"))
+    scope = cache.scope(request.api_token)
+    rows = viewstore.prefilter(Tool.objects.select_related("server"), scope)
+    tools = viewstore.narrow(rows.order_by("registered_name"), scope)
     trust = files.trust_states(tools)
     return JsonResponse({"tools": [{**t.to_dict(), "trust": trust[t.registered_name]} for t in tools]})
 
@@ -97,8 +101,23 @@ def mcp_status(request: ApiRequest) -> JsonResponse:
     accounts = {a.server_name: a for a in OAuthAccount.objects.all()}
     storage = retention.storage()
     storage["oldest"] = iso(storage["oldest"])
-    items = [s.to_status(s.n, oauth.status_item(s, accounts.get(s.name))) for s in rows]
-    return JsonResponse({"servers": items, "storage": storage})
+    servers = [s.to_status(s.n, oauth.status_item(s, accounts.get(s.name))) for s in rows]
+    seen = _visible_servers(request)
+    if seen is not None:  # a token limited to views: its servers, its tools' count
+        servers = [{**s, "tools": seen[s["Name"]]} for s in servers if s["Name"] in seen]
+    return JsonResponse({"servers": servers, "storage": storage})
+
+
+def _visible_servers(request: ApiRequest) -> dict[str, int] | None:
+    """For a token limited to views: the servers with tools in its views, and how many."""
+    scope = cache.scope(request.api_token)
+    if scope is None:
+        return None
+    counts: dict[str, int] = {}
+    for server, registered in Tool.objects.values_list("server__name", "registered_name"):
+        if scope(registered):
+            counts[server] = counts.get(server, 0) + 1
+    return counts
 
 
 @api_view(("GET",))
@@ -106,7 +125,29 @@ def mcp_instructions(request: ApiRequest) -> JsonResponse:
     from ..instructions import instructions_block
 
     pairs = list(Server.objects.filter(enabled=True).values_list("name", "instructions"))
+    seen = _visible_servers(request)
+    if seen is not None:
+        pairs = [(name, text) for name, text in pairs if name in seen]
     return JsonResponse({"text": instructions_block(pairs)})
+
+
+# --- views (SPEC 19) --------------------------------------------------------------------------
+
+
+@api_view(("GET", "POST"))
+def views_view(request: ApiRequest) -> JsonResponse:
+    if request.method == "GET":
+        return JsonResponse({"views": viewstore.listing(request.api_token)})
+    edit = ViewEdit.check(json_body(request))
+    view = viewstore.save(edit.name, edit.description, edit.include, edit.exclude)
+    return JsonResponse({"ok": True, "view": viewstore.to_dict(view, viewstore.registered_names())})
+
+
+@api_view(("POST",))
+def views_remove(request: ApiRequest) -> JsonResponse:
+    if not viewstore.remove(ViewRef.check(json_body(request)).name):
+        raise ApiError("view not found", 404)
+    return JsonResponse({"ok": True})
 
 
 @api_view(("POST",))

@@ -1,5 +1,5 @@
-"""The ASGI side of the MCP endpoints: bearer token before anything MCP, the view from the
-path, and the SDK's streamable-HTTP session manager, whose `run()` is kept open by a
+"""The ASGI side of the MCP endpoints: bearer token before anything MCP, the endpoint from
+the path, and the SDK's streamable-HTTP session manager, whose `run()` is kept open by a
 long-lived task (Daphne has no ASGI lifespan): started by the first request, stopped by
 `shutdown()` from the process wiring (`mcpcore.runtime.Runtime.stop`).
 """
@@ -17,7 +17,7 @@ from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
-from .. import cache, db, names
+from .. import db, names
 from ..api.auth import authenticate
 from . import handlers
 from .changes import Changes
@@ -36,11 +36,15 @@ class ConsoleServer(Server):
         )
 
 
-def view_of(path: str) -> str | None:
-    """`""` for /mcp, `_permission`, a server name, or None for a path that is none of them."""
+def endpoint_of(path: str) -> str | None:
+    """`""` for /mcp, `_permission`, a server name, `v/<view>` for /mcp/v/<view>, or None for
+    a path that is none of them."""
     rest = path[len("/mcp") :].strip("/")
     if rest == "" or rest == handlers.PERMISSION:
         return rest
+    if rest.startswith(handlers.VIEW):
+        view = rest[len(handlers.VIEW) :]
+        return rest if names.is_valid_server_name(view) else None
     return rest if names.is_valid_server_name(rest) else None
 
 
@@ -56,19 +60,19 @@ def challenge_for(header: str | None) -> str:
     return REALM
 
 
-def _admit(header: str | None, view: str | None):
-    """The request's token, and whether its path names an endpoint. Run through `db.read`:
-    with the token and the server name cached it reads one row (the cache generation) on
-    the loop's own connection."""
+def _admit(header: str | None, endpoint: str | None):
+    """The request's token, and whether it may open the endpoint its path names
+    (`handlers.admits`). Run through `db.read`: with the token, the server or view and the
+    token's views cached it reads one row (the cache generation) on the loop's own connection."""
     token = authenticate(header)
     if token is None:
         return None, False
-    known = view is not None and (view in (handlers.ALL, handlers.PERMISSION) or cache.server_exists(view))
-    return token, known
+    return token, handlers.admits(endpoint, token)
 
 
 class McpEndpoint:
-    """`/mcp`, `/mcp/<server>` and `/mcp/_permission` (SPEC 13.1) as one ASGI app."""
+    """`/mcp`, `/mcp/<server>`, `/mcp/v/<view>` and `/mcp/_permission` (SPEC 13.1, 19) as one
+    ASGI app."""
 
     def __init__(self) -> None:
         self.changes = Changes()
@@ -131,8 +135,8 @@ class McpEndpoint:
     # --- requests ------------------------------------------------------------------------------
 
     async def __call__(self, scope, receive, send) -> None:
-        view = view_of(scope["path"])
-        token, known = await db.read(_admit, Headers(scope=scope).get("authorization"), view)
+        endpoint = endpoint_of(scope["path"])
+        token, known = await db.read(_admit, Headers(scope=scope).get("authorization"), endpoint)
         if token is None:
             challenge = challenge_for(Headers(scope=scope).get("authorization"))
             await JSONResponse(
@@ -140,11 +144,13 @@ class McpEndpoint:
             )(scope, receive, send)
             return
         if not known:
-            await JSONResponse({"error": "server not found"}, 404)(scope, receive, send)
+            # A view or server the token may not see answers as one that does not exist.
+            missing = "view not found" if (endpoint or "").startswith(handlers.VIEW) else "server not found"
+            await JSONResponse({"error": missing}, 404)(scope, receive, send)
             return
         scope = dict(scope)
         scope[handlers.TOKEN_KEY] = token
-        scope[handlers.VIEW_KEY] = view
+        scope[handlers.ENDPOINT_KEY] = endpoint
         # The SDK binds a 2025 session to the principal that opened it.
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=f"token-{token.pk}", scopes=[]))
         await self._running()

@@ -1,15 +1,19 @@
-"""What the console answers as an MCP server (SPEC 13): the tools in a client's view, calls
+"""What the console answers as an MCP server (SPEC 13, 19): the tools a client sees, calls
 through the one call path of the console (gate, inbox, history), held with progress heartbeats
 while a person decides, and `approval_prompt` for agents that delegate their own prompts.
 
-The view of a request is `""` (`/mcp`: every connected server, names `<server>__<tool>`), a
-server name (`/mcp/<server>`: its own names) or `_permission`; the ASGI app puts it and the
-caller's token into the HTTP scope, where handlers read them back through `ctx.request`.
+The endpoint of a request is `""` (`/mcp`: every connected server, names `<server>__<tool>`),
+a server name (`/mcp/<server>`: its own names), `v/<view>` (`/mcp/v/<view>`: the tools of
+one view, named as on `/mcp`) or `_permission`; the ASGI app puts it and the caller's token
+into the HTTP scope, where handlers read them back through `ctx.request`. What a client sees
+is the endpoint's tools narrowed by the token's views when it is limited to views (SPEC 19):
+`visible_for` is the one place that says so for lists, lookups and calls.
 """
 
 import json
 import logging
 import math
+from collections.abc import Callable
 
 import anyio
 import mcp_types
@@ -18,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .. import calls, db, names
+from .. import cache, calls, db, names, viewstore
 from ..choices import CallStatus, Mode, ServerState, Via
 from ..instructions import instructions_block
 from ..models import ApiToken, Server, Tool, ToolCall
@@ -28,18 +32,19 @@ log = logging.getLogger("mcpcore.mcpserver")
 
 ALL = ""
 PERMISSION = "_permission"
+VIEW = "v/"  # `v/<view>`: no server name holds a `/`
 PERMISSION_TOOL = "approval_prompt"
 # The input contract's model of the tool's arguments, less its docstring (written for us).
 PERMISSION_SCHEMA = {k: v for k, v in json_schema(PromptArguments).items() if k != "description"}
 SESSION_META = "io.agenvoy/session"
-VIEW_KEY = "agenvoy.view"
+ENDPOINT_KEY = "agenvoy.endpoint"
 TOKEN_KEY = "agenvoy.token"
 
 
 def caller(ctx) -> tuple[ApiToken, str]:
-    """The token and the view of the HTTP request this MCP request came in."""
+    """The token and the endpoint of the HTTP request this MCP request came in."""
     scope = ctx.request.scope
-    return scope[TOKEN_KEY], scope[VIEW_KEY]
+    return scope[TOKEN_KEY], scope[ENDPOINT_KEY]
 
 
 def local_of(ctx) -> calls.LocalSupervisor | None:
@@ -55,24 +60,63 @@ def text_result(text: str, is_error: bool) -> dict:
     return {"content": [{"type": "text", "text": text}], "isError": is_error}
 
 
-# --- the tool list (SPEC 13.2) ------------------------------------------------------------------
+def view_name(endpoint: str) -> str | None:
+    """The view of a `v/<view>` endpoint, else None."""
+    return endpoint[len(VIEW) :] if endpoint.startswith(VIEW) else None
 
 
-def view_tools(view: str, connected_only: bool = True) -> list[Tool]:
+def server_of(endpoint: str) -> str | None:
+    """The server of a `/mcp/<server>` endpoint, else None."""
+    return None if endpoint in (ALL, PERMISSION) or endpoint.startswith(VIEW) else endpoint
+
+
+# --- what a client sees (SPEC 13.2, 19) ----------------------------------------------------------
+
+
+def within(endpoint: str) -> Callable[[str], bool] | None:
+    """The endpoint's own narrowing: its view's selection on `v/<view>` (nothing in it when the
+    view is gone), else None."""
+    view = view_name(endpoint)
+    if view is None:
+        return None
+    return viewstore.selection_of(view) or (lambda registered: False)
+
+
+def visible_for(endpoint: str, token: ApiToken | None) -> Callable[[str], bool] | None:
+    """Which registered names a client of `endpoint` with `token` sees; None: every one."""
+    scope, own = cache.scope(token), within(endpoint)
+    if scope is None or own is None:
+        return own if scope is None else scope
+    return lambda registered: own(registered) and scope(registered)
+
+
+def endpoint_tools(endpoint: str, token: ApiToken | None, connected_only: bool = True) -> list[Tool]:
     rows = Tool.objects.select_related("server")
-    if view:
-        rows = rows.filter(server__name=view)
+    server = server_of(endpoint)
+    if server is not None:
+        rows = rows.filter(server__name=server)
     if connected_only:
         rows = rows.filter(server__enabled=True, server__state=ServerState.CONNECTED)
-    return list(rows.order_by("server__name", "position", "tool_name"))
+    view = view_name(endpoint)
+    # A view's tools are read by its patterns, not picked out of every tool.
+    rows = viewstore.prefilter(rows, cache.scope(token), viewstore.selection_of(view) if view else None)
+    return viewstore.narrow(
+        rows.order_by("server__name", "position", "tool_name"), visible_for(endpoint, token)
+    )
 
 
-def exposed(tool: Tool, view: str) -> str:
-    return names.exposed_name(tool.server.name, tool.tool_name) if view == ALL else tool.tool_name
+def exposed(tool: Tool, endpoint: str) -> str:
+    if server_of(endpoint) is not None:
+        return tool.tool_name
+    return names.exposed_name(tool.server.name, tool.tool_name)
 
 
-def tool_entry(tool: Tool, view: str) -> dict:
-    entry = {"name": exposed(tool, view), "description": tool.description, "inputSchema": tool.input_schema}
+def tool_entry(tool: Tool, endpoint: str) -> dict:
+    entry = {
+        "name": exposed(tool, endpoint),
+        "description": tool.description,
+        "inputSchema": tool.input_schema,
+    }
     if tool.title:
         entry["title"] = tool.title
     if tool.annotations:
@@ -82,9 +126,9 @@ def tool_entry(tool: Tool, view: str) -> dict:
     return entry
 
 
-def tool_list(view: str) -> list[dict]:
-    """The tools a client of `view` sees (also what list_changed compares)."""
-    if view == PERMISSION:
+def tool_list(endpoint: str, token: ApiToken | None) -> list[dict]:
+    """The tools a client of `endpoint` with `token` sees (also what list_changed compares)."""
+    if endpoint == PERMISSION:
         return [
             {
                 "name": PERMISSION_TOOL,
@@ -93,37 +137,83 @@ def tool_list(view: str) -> list[dict]:
                 "inputSchema": PERMISSION_SCHEMA,
             }
         ]
-    return [tool_entry(t, view) for t in view_tools(view)]
+    return [tool_entry(t, endpoint) for t in endpoint_tools(endpoint, token)]
 
 
-def find_tool(view: str, name: str) -> Tool | None:
-    """The registered tool behind an exposed name; tools of servers that are down count too
-    (a call to one gets the server's 503 message, not "unknown tool")."""
+def find_tool(endpoint: str, name: str, token: ApiToken | None) -> Tool | None:
+    """The registered tool behind an exposed name, among those the client sees; tools of
+    servers that are down count too (a call to one gets the server's 503 message, not
+    "unknown tool"). A name the client does not see is looked up no further than one it
+    could see, so a hidden tool and a missing one take the same steps."""
+    visible = visible_for(endpoint, token)
     rows = Tool.objects.select_related("server")
-    if view:
-        return rows.filter(server__name=view, tool_name=name).first()
-    server, sep, tool = name.partition(names.SEP)
-    if sep and names.is_valid_server_name(server):
-        hit = rows.filter(server__name=server, tool_name=tool).first()
+    server = server_of(endpoint)
+    if server is not None:
+        registered = names.registered_name(server, name)
+        if not viewstore.holds(visible, registered):
+            return None
+        return rows.filter(server__name=server, tool_name=name).first()
+    first, sep, tool = name.partition(names.SEP)
+    if (
+        sep
+        and names.is_valid_server_name(first)
+        and viewstore.holds(visible, names.registered_name(first, tool))
+    ):
+        hit = rows.filter(server__name=first, tool_name=tool).first()
         if hit is not None and exposed(hit, ALL) == name:
             return hit
     # A shortened name: only the shortening itself can say which tool it stands for.
-    return next((t for t in view_tools(ALL, connected_only=False) if exposed(t, ALL) == name), None)
+    if not names.may_be_shortened(name):
+        return None
+    seen = endpoint_tools(endpoint, token, connected_only=False)
+    return next((t for t in seen if exposed(t, ALL) == name), None)
 
 
-def instructions_for(view: str) -> str:
-    """SPEC 13.1: the block of SPEC 6 for the servers in view; a server's own text on its path."""
-    if view == PERMISSION:
+def admits(endpoint: str | None, token: ApiToken) -> bool:
+    """Whether `endpoint` is one this token may open: `/mcp/<server>` of a configured server
+    (for a token limited to views, one with a tool in its views), `/mcp/v/<view>` of a view
+    (of its own views, for a limited token). Anything else answers HTTP 404."""
+    if endpoint is None:
+        return False
+    if endpoint in (ALL, PERMISSION):
+        return True
+    scope = cache.scope(token)
+    view = view_name(endpoint)
+    if view is not None:
+        return cache.view(view) is not None and (scope is None or view in scope.views)
+    if not cache.server_exists(endpoint):
+        return False
+    if scope is None:
+        return True
+    tools = Tool.objects.filter(server__name=endpoint).values_list("registered_name", flat=True)
+    return any(scope(registered) for registered in tools)
+
+
+def instructions_for(endpoint: str, token: ApiToken | None) -> str:
+    """SPEC 13.1: the block of SPEC 6 for the servers the client sees; a server's own text on
+    its path; on `/mcp/v/<view>` the view's description first (SPEC 19). For a token limited to
+    views, and on a view's endpoint, only servers with a tool the client sees count."""
+    if endpoint == PERMISSION:
         return ""
-    if view:
-        return Server.objects.filter(name=view).values_list("instructions", flat=True).first() or ""
-    return instructions_block(list(Server.objects.filter(enabled=True).values_list("name", "instructions")))
+    server = server_of(endpoint)
+    if server is not None:
+        return Server.objects.filter(name=server).values_list("instructions", flat=True).first() or ""
+    pairs = list(Server.objects.filter(enabled=True).values_list("name", "instructions"))
+    visible = visible_for(endpoint, token)
+    if visible is not None:
+        rows = Tool.objects.filter(server__enabled=True).values_list("server__name", "registered_name")
+        servers = {server for server, registered in rows if visible(registered)}
+        pairs = [(n, t) for n, t in pairs if n in servers]
+    block = instructions_block(pairs)
+    view = cache.view(view_name(endpoint) or "") if endpoint.startswith(VIEW) else None
+    description = view.description.strip() if view is not None else ""
+    return "\n\n".join(part for part in (description, block) if part)
 
 
 async def on_list_tools(ctx, params) -> mcp_types.ListToolsResult:
-    _token, view = caller(ctx)
+    token, endpoint = caller(ctx)
     # Typed, so each era's required fields (2026: resultType, ttlMs 0: never cached) are there.
-    return mcp_types.ListToolsResult.model_validate({"tools": await db.run(tool_list, view)})
+    return mcp_types.ListToolsResult.model_validate({"tools": await db.run(tool_list, endpoint, token)})
 
 
 # --- calls (SPEC 13.3) --------------------------------------------------------------------------
@@ -147,13 +237,13 @@ async def on_call_tool(ctx, params) -> dict:
 
 
 async def _call_tool(ctx, params) -> dict:
-    token, view = caller(ctx)
-    if view == PERMISSION:
+    token, endpoint = caller(ctx)
+    if endpoint == PERMISSION:
         return await _permission_prompt(ctx, params, token)
     local = local_of(ctx)
     try:
         call = await db.write(
-            _create, token, view, params.name, params.arguments or {}, session_of(ctx, token), local
+            _create, token, endpoint, params.name, params.arguments or {}, session_of(ctx, token), local
         )
     except calls.CallError as exc:
         if exc.status == 404:
@@ -164,37 +254,42 @@ async def _call_tool(ctx, params) -> dict:
     return await call_result(call)
 
 
-def registered_of(view: str, name: str) -> str | None:
+def registered_of(endpoint: str, name: str) -> str | None:
     """The registered name behind an exposed one, read off the name itself when it was not
     shortened (no query: `calls.create` looks the tool up anyway); None when it may have been."""
     if name != name.strip() or not name:
         return None
-    if view:
-        return names.registered_name(view, name)
-    server, sep, tool = name.partition(names.SEP)
-    if sep and tool and names.is_valid_server_name(server) and names.exposed_name(server, tool) == name:
-        return names.registered_name(server, tool)
+    server = server_of(endpoint)
+    if server is not None:
+        return names.registered_name(server, name)
+    first, sep, tool = name.partition(names.SEP)
+    if sep and tool and names.is_valid_server_name(first) and names.exposed_name(first, tool) == name:
+        return names.registered_name(first, tool)
     return None
 
 
-def _create(token, view: str, name: str, arguments: dict, session_id: str, local=None) -> ToolCall:
-    """The call of the tool behind the exposed name, through the gate (one database hop)."""
-    registered = registered_of(view, name)
+def _create(token, endpoint: str, name: str, arguments: dict, session_id: str, local=None) -> ToolCall:
+    """The call of the tool behind the exposed name, through the gate (one database hop). The
+    endpoint's view narrows it as the token's views do (`calls.create(within=...)`)."""
+    own = within(endpoint)
+
+    def create(registered: str) -> ToolCall:
+        return calls.create(
+            token, "", registered, arguments, session_id, Mode.CONFIRM, via=Via.MCP, local=local, within=own
+        )
+
+    registered = registered_of(endpoint, name)
     if registered is not None:
         try:
-            return calls.create(
-                token, "", registered, arguments, session_id, Mode.CONFIRM, via=Via.MCP, local=local
-            )
+            return create(registered)
         except calls.CallError as exc:
             if exc.status != 404:
                 raise
             # A shortened name looks like a plain one: only the shortening can tell.
-    tool = find_tool(view, name)
+    tool = find_tool(endpoint, name, token)
     if tool is None or tool.registered_name == registered:
         raise calls.CallError(f"unknown tool: {name}", 404)
-    return calls.create(
-        token, "", tool.registered_name, arguments, session_id, Mode.CONFIRM, via=Via.MCP, local=local
-    )
+    return create(tool.registered_name)
 
 
 def _declares_output(registered: str) -> bool:
@@ -329,28 +424,28 @@ async def _permission_prompt(ctx, params, token: ApiToken) -> dict:
 
 
 class ConsoleMiddleware:
-    """Per-view instructions on `initialize` and `server/discover`; a 2025 session stays on
-    the endpoint it was opened on, and is tracked for list_changed."""
+    """Per-endpoint instructions on `initialize` and `server/discover`; a 2025 session stays
+    on the endpoint it was opened on, and is tracked for list_changed."""
 
     def __init__(self, changes) -> None:
         self.changes = changes
 
     async def __call__(self, ctx, call_next):
-        if ctx.request is None or VIEW_KEY not in ctx.request.scope:
+        if ctx.request is None or ENDPOINT_KEY not in ctx.request.scope:
             return await call_next(ctx)
-        view = ctx.request.scope[VIEW_KEY]
+        token, endpoint = caller(ctx)
         connection = getattr(ctx.session, "_connection", None)
         if ctx.method in ("initialize", "server/discover"):
             result = dict(await call_next(ctx))
-            text = await db.run(instructions_for, view)
+            text = await db.run(instructions_for, endpoint, token)
             if text:
                 result["instructions"] = text
             else:
                 result.pop("instructions", None)
             if ctx.method == "initialize" and connection is not None:
-                connection.state[VIEW_KEY] = view
-                self.changes.track(connection, view)
+                connection.state[ENDPOINT_KEY] = endpoint
+                self.changes.track(connection, endpoint, token)
             return result
-        if connection is not None and connection.state.get(VIEW_KEY, view) != view:
+        if connection is not None and connection.state.get(ENDPOINT_KEY, endpoint) != endpoint:
             raise MCPError(INVALID_REQUEST, "this session was opened on another MCP endpoint")
         return await call_next(ctx)

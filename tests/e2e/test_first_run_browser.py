@@ -45,6 +45,7 @@ ACTIONS = {
     "grant-revoke": "tokens (htmx fragment inside it)",
     "notification-test": "notifications (redirect)",
     "notification-remove": "notifications (redirect)",
+    "view-remove": "views (redirect)",
     "pending-feed": "JSON for the page's script, not a page",
 }
 PAGES_SEEN: dict[str, list[str]] = {}
@@ -82,6 +83,13 @@ def shoot(page: Page, name: str) -> None:
 
 def nav(page: Page, name: str):
     return page.get_by_role("navigation", name="Main").get_by_role("link", name=name)
+
+
+def submit(page: Page, button: str, fields: dict[str, str]) -> None:
+    """Fill each labelled field, then press the button."""
+    for label, value in fields.items():
+        page.get_by_label(label).fill(value)
+    page.get_by_role("button", name=button).click()
 
 
 def pending_link(page: Page):
@@ -289,6 +297,25 @@ def test_it_passes_axe_and_the_tab_walk_on_every_other_page(page, console, agent
     page.get_by_role("button", name="Save").click()
     expect(page.locator("#rules-table")).to_be_visible()
     seen(page, "rules", "one rule")
+    page.goto("/views/")
+    seen(page, "views", "none")
+    submit(page, "Save view", {"Name": "bad__name", "Include": "mcp__time__*"})
+    expect(page.locator("#view-error")).to_contain_text("invalid view name")
+    seen(page, "views", "refused: a bad name")
+    view = {"Name": "clock", "Description": "Only the clock.", "Include": "mcp__time__*"}
+    submit(page, "Save view", {**view, "Exclude": "mcp__time__convert_time"})
+    expect(page.locator("#view-clock-tools")).to_contain_text("mcp__time__get_current_time")
+    expect(page.locator("#view-clock-tools")).not_to_contain_text("convert_time")
+    seen(page, "views", "one view and its tools")
+    page.get_by_role("link", name="Edit view clock").click()
+    expect(page.get_by_label("Include")).to_have_value("mcp__time__*")
+    seen(page, "views", "editing a view")
+    page.goto("/tokens/")
+    page.get_by_label("Name").fill("clock-agent")
+    page.get_by_label("Views").select_option("clock")
+    page.get_by_role("button", name="Create token").first.click()
+    expect(page.locator("#config-claude")).to_contain_text("/mcp/v/clock")
+    seen(page, "tokens", "a token limited to a view, its snippets")
     page.goto("/notifications/")
     seen(page, "notifications", "none")
     page.get_by_label("URL").fill("https://ntfy.invalid/agenvoy-first-run")

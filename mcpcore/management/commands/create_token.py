@@ -1,5 +1,6 @@
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from mcpcore import viewstore
 from mcpcore.choices import TokenRole
 from mcpcore.models import ApiToken
 
@@ -16,7 +17,19 @@ class Command(BaseCommand):
             help="what the token may do (SPEC 12); fixed for the token's life (default: agent)",
         )
         parser.add_argument("--no-auto", action="store_true", help="the token may not use auto mode")
+        parser.add_argument(
+            "--view",
+            action="append",
+            dest="views",
+            metavar="VIEW",
+            help="limit the token to this view's tools (SPEC 19); repeat for several",
+        )
 
-    def handle(self, name, role, no_auto, **options):
-        _, token = ApiToken.issue(name, may_auto=not no_auto, role=role)
+    def handle(self, name, role, no_auto, views, **options):
+        limited = None
+        if views is not None:
+            limited, unknown = viewstore.known_views(views)
+            if unknown:
+                raise CommandError(f"unknown view: {', '.join(unknown)}")
+        _, token = ApiToken.issue(name, may_auto=not no_auto, role=role, views=limited)
         self.stdout.write(token)

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('mcpcore', '0013_toolcall_history_indexes'),
+        ('mcpcore', '0014_views'),
     ]
 
     operations = [
