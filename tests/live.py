@@ -59,6 +59,19 @@ def manage(env: dict, *args: str) -> str:
     return out.stdout
 
 
+def stop_process(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
+    """Send `sig` to a process started in a group of its own; kill the group if it outlives
+    `timeout` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
 def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
     """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -182,12 +195,7 @@ class Console:
         if self.proc is None or self.proc.poll() is not None:
             return 0.0
         started = time.monotonic()
-        self.proc.send_signal(sig)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(5)
+        stop_process(self.proc, sig, timeout)
         took = time.monotonic() - started
         self.log.close()  # serve is gone; `start` opens it again
         return took

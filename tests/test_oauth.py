@@ -17,7 +17,7 @@ from mcpcore import notify, oauth, schemas
 from mcpcore.models import OAuthAccount, mask_config, unmask_config
 from mcpcore.supervisor import oauth as upstream
 from tests.live import db_rows, signed_in, wait_until
-from tests.oauthlab.run import Lab
+from tests.oauthlab.run import NOT_AUTHORIZED, Lab, consent
 
 MACHINE = ("machine", "machine-secret-4711")
 WHOAMI = "mcp__lab__whoami"
@@ -50,20 +50,6 @@ def wait_state(c, state: str, name: str = "lab", timeout: float = 30) -> dict:
     )
 
 
-def consent(url: str, decision: str = "approve") -> str:
-    """The person at the authorization server: its consent page, a button; returns where the
-    browser is sent back to (the console's /oauth/callback)."""
-    with httpx2.Client(timeout=20) as browser:
-        r = browser.get(url)
-        assert r.status_code == 302, r.text
-        page = r.headers["location"]
-        assert browser.get(page).status_code == 200
-        request_id = parse_qs(urlsplit(page).query)["request"][0]
-        r = browser.post(page.split("?")[0], data={"request": request_id, "decision": decision})
-        assert r.status_code == 302, r.text
-        return r.headers["location"]
-
-
 def authorize(c, web, decision: str = "approve") -> httpx2.Response:
     """`POST /v1/mcp/authorize`, the consent, and the browser's return to the callback."""
     r = c.post("/v1/mcp/authorize", {"name": "lab"})
@@ -73,19 +59,31 @@ def authorize(c, web, decision: str = "approve") -> httpx2.Response:
     return web.get(back.removeprefix(c.url))
 
 
+def waiting_console(console, lab):
+    """A console with `lab` as an authorization-code server, waiting for a person."""
+    c = start_console(console, {"lab": {"url": lab.mcp_url, "oauth": {}}})
+    wait_state(c, "needs_authorization")
+    return c
+
+
+def authorized_console(console, lab):
+    """A console whose `lab` server (the authorization-code grant) a person has authorized, connected."""
+    c = waiting_console(console, lab)
+    web = signed_in(c)
+    try:
+        authorize(c, web)
+    finally:
+        web.close()
+    c.wait_connected("lab")
+    return c
+
+
 @pytest.mark.live
 def test_it_detects_a_server_that_asks_for_oauth_and_connects_it_after_a_person_authorizes(console, lab):
     c = start_console(console, {"lab": {"url": lab.mcp_url}})
     st = wait_state(c, "needs_authorization")
     assert st["Connected"] is False and st["Error"] == "needs authorization"
-    assert st["oauth"] == {
-        "grant": "authorization_code",
-        "authorized": False,
-        "authorized_by": None,
-        "authorized_at": None,
-        "scopes": None,
-        "expires_at": None,
-    }
+    assert st["oauth"] == NOT_AUTHORIZED
     web = signed_in(c)
     try:
         page = web.get("/servers/lab/").text
@@ -142,8 +140,7 @@ def tokens_row(c, name: str = "lab") -> tuple:
 
 @pytest.mark.live
 def test_it_refuses_unknown_used_and_replaced_states_and_keeps_what_the_person_denied(console, lab):
-    c = start_console(console, {"lab": {"url": lab.mcp_url, "oauth": {}}})
-    wait_state(c, "needs_authorization")
+    c = waiting_console(console, lab)
     web = signed_in(c)
     try:
         r = web.get("/oauth/callback?state=nope&code=abc")
@@ -289,8 +286,7 @@ def test_it_forgets_an_authorization_and_answers_503_for_the_tools_until_authori
 
 @pytest.mark.live
 def test_it_says_what_went_wrong_when_the_authorization_server_is_down_or_answers_garbage(console, lab):
-    c = start_console(console, {"lab": {"url": lab.mcp_url, "oauth": {}}})
-    wait_state(c, "needs_authorization")
+    c = waiting_console(console, lab)
     web = signed_in(c)
     try:
         lab.token_garbage("html")
@@ -325,14 +321,7 @@ def calls_keep_working(c, lab, refreshes: int, timeout: float = 40) -> None:
 def test_it_renews_short_lived_tokens_before_they_expire_and_after_a_restart(console, tmp_path):
     lab = Lab(tmp_path / "lab5", access_ttl=5).start()
     try:
-        c = start_console(console, {"lab": {"url": lab.mcp_url, "oauth": {}}})
-        wait_state(c, "needs_authorization")
-        web = signed_in(c)
-        try:
-            authorize(c, web)
-        finally:
-            web.close()
-        c.wait_connected("lab")
+        c = authorized_console(console, lab)
         calls_keep_working(c, lab, 3)
         assert lab.stats()["mcp_expired_token"] == 0
         exchanges = lab.stats()["code_exchanges"]
@@ -361,19 +350,9 @@ def expired(c) -> bool:
 def test_it_goes_back_to_needs_authorization_and_tells_people_when_a_renewal_is_refused(console, tmp_path):
     lab = Lab(tmp_path / "lab5", access_ttl=5).start()
     try:
-        c = start_console(console, {"lab": {"url": lab.mcp_url, "oauth": {}}})
-        c.manage(
-            "shell",
-            "-c",
-            "from mcpcore import notify; notify.add_target('webhook', 'http://127.0.0.1:9/hook')",
-        )
-        wait_state(c, "needs_authorization")
-        web = signed_in(c)
-        try:
-            authorize(c, web)
-        finally:
-            web.close()
-        c.wait_connected("lab")
+        c = authorized_console(console, lab)
+        add_target = "from mcpcore import notify; notify.add_target('webhook', 'http://127.0.0.1:9/hook')"
+        c.manage("shell", "-c", add_target)
         lab.fail_refresh(-1)
         st = wait_state(c, "needs_authorization", timeout=30)
         assert st["Error"] == "needs authorization" and st["oauth"]["authorized"] is False

@@ -16,7 +16,7 @@ import pytest
 
 from tests.live import Console, signed_in, wait_until
 from tests.oauthlab.app import fingerprint
-from tests.oauthlab.run import Lab, authorize, consent, leaks, path_of
+from tests.oauthlab.run import NOT_AUTHORIZED, Lab, authorize, consent, leaks, path_of
 from tests.webhooks import Receiver
 
 pytestmark = pytest.mark.live
@@ -91,14 +91,7 @@ def test_it_waits_for_a_person_on_a_server_that_asks_for_oauth(c, lab):
 
     st = wait_until(waiting, 30, 0.2, what="lab and spare waiting for a person")
     assert st["Connected"] is False and st["Error"] == "needs authorization"
-    assert st["oauth"] == {
-        "grant": "authorization_code",
-        "authorized": False,
-        "authorized_by": None,
-        "authorized_at": None,
-        "scopes": None,
-        "expires_at": None,
-    }
+    assert st["oauth"] == NOT_AUTHORIZED
     # (Its tools are not known yet, so a call names an unknown tool; the 503 of a server that
     # needs authorization is seen once a refused renewal sends a connected one back, below.)
     # Not retried with backoff: with a 1 s ping the lab would see a 401 a second otherwise.

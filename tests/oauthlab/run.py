@@ -18,9 +18,19 @@ from urllib.parse import quote, urlsplit
 
 import httpx2
 
-from tests.live import PYTHON, ROOT, wait_until
+from tests.live import PYTHON, ROOT, stop_process, wait_until
 
 READY = "oauthlab ready "
+# The `oauth` item of GET /v1/mcp/status for an authorization-code server before its first
+# tokens (SPEC 16.1).
+NOT_AUTHORIZED = {
+    "grant": "authorization_code",
+    "authorized": False,
+    "authorized_by": None,
+    "authorized_at": None,
+    "scopes": None,
+    "expires_at": None,
+}
 
 
 class Lab:
@@ -93,14 +103,7 @@ class Lab:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(sig)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(5)
+        stop_process(self.proc, sig, timeout)
 
     def close(self) -> None:
         self.stop()
