@@ -46,6 +46,9 @@ ACTIONS = {
     "notification-test": "notifications (redirect)",
     "notification-remove": "notifications (redirect)",
     "view-remove": "views (redirect)",
+    "server-authorize": "the authorization server (htmx HX-Redirect); tests/e2e/test_oauth_browser.py",
+    "server-forget": "server-detail (htmx HX-Redirect); tests/e2e/test_oauth_browser.py",
+    "oauth-callback": "server-detail (redirect), or its failure page: tests/e2e/test_oauth_browser.py",
     "pending-feed": "JSON for the page's script, not a page",
 }
 PAGES_SEEN: dict[str, list[str]] = {}

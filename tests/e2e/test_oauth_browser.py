@@ -13,6 +13,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from tests.e2e import a11y
 from tests.e2e.browser import answer, call_in_background, console_with_user, nav, shoot, sign_in
 from tests.live import wait_until
 from tests.oauthlab.app import fingerprint
@@ -60,6 +61,10 @@ def test_it_shows_a_server_added_by_url_as_needing_authorization(page, console, 
     expect(row.get_by_role("button", name="Authorize")).to_be_visible()
     assert lab.stats()["authorizations"] == 0  # nothing happens at the lab until a person says so
     shoot(page, "oauth-needs-authorization")
+    assert a11y.check(page, "servers (needs authorization)") == []
+    page.goto("/servers/lab/")
+    assert a11y.check(page, "server-detail (needs authorization)") == []
+    page.goto("/")  # the next test watches the Servers list
 
 
 def test_it_authorizes_from_the_row_the_live_socket_updated(page, console, lab):
@@ -91,6 +96,7 @@ def test_it_authorizes_through_the_consent_page_and_connects(page, console, lab)
     expect(page.get_by_text(re.compile(f"Authorized by {USER}"))).to_be_visible()
     expect(page.get_by_role("button", name="Forget authorization")).to_be_visible()
     shoot(page, "oauth-authorized")
+    assert a11y.check(page, "server-detail (authorized)") == []
     sent = lab.authorize_requests()[-1]
     assert sent["redirect_uri"] == f"{console.url}/oauth/callback"
     assert sent["resource"] == lab.mcp_url and sent["code_challenge_method"] == "S256"
@@ -126,6 +132,14 @@ def test_it_shows_access_denied_when_the_person_denies(page, console, lab):
     expect(page).to_have_url(f"{console.url}/servers/lab/")
     expect(page.get_by_text("authorization failed: access_denied").first).to_be_visible()
     shoot(page, "oauth-denied")
+    assert a11y.check(page, "server-detail (authorization failed)") == []
     st = console.status()["lab"]
     assert st["state"] == "needs_authorization" and st["oauth"]["authorized"] is False
     assert lab.stats()["refusals"]["access_denied"] == 1 and lab.stats()["code_exchanges"] == 1
+
+
+def test_it_answers_an_unknown_state_with_an_accessible_page(page, console):
+    r = page.goto("/oauth/callback?state=nope&code=abc")
+    assert r is not None and r.status == 400
+    expect(page.get_by_text("authorization failed: unknown or expired state")).to_be_visible()
+    assert a11y.check(page, "oauth-callback (unknown state)") == []
