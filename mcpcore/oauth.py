@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .choices import FlowStatus, GrantType, Transport
+from .choices import FlowStatus, GrantType, ServerState, Transport
 from .models import OAuthAccount, OAuthFlow, Server, iso
 
 FLOW_SECONDS = 600  # a flow lives 10 minutes (SPEC 16.2)
@@ -82,6 +82,9 @@ def grant_of(server: Server, account: OAuthAccount | None) -> str | None:
     oauth = server.config.get("oauth")
     if isinstance(oauth, dict):
         return oauth.get("grant") or GrantType.AUTHORIZATION_CODE
+    if server.state == ServerState.NEEDS_AUTHORIZATION:
+        # Only a server that asked for OAuth gets here; its detection row may not be read yet.
+        return GrantType.AUTHORIZATION_CODE
     if (
         account is not None
         and account.detected
