@@ -32,7 +32,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import allowlist, cache, control, db, files, gate, metrics, rules, schemas, store
+from . import allowlist, cache, control, db, files, gate, metrics, oauth, rules, schemas, store
 from .choices import CallDecision, CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
 from .models import (
     AllowEntry,
@@ -188,8 +188,7 @@ def create(
         raise CallError(f"unknown tool: {name}", 404)
     server = tool.server
     if server.state == ServerState.NEEDS_AUTHORIZATION:
-        url = f"{settings.AGENVOY_PUBLIC_URL}/servers/{server.name}/"
-        raise CallError(f"server {server.name} needs authorization: {url}", 503)
+        raise CallError(oauth.needs_authorization(server.name), 503)
     if server.state not in (ServerState.CONNECTED, ServerState.CONNECTING):
         raise CallError(f"server {server.name} is not connected: {server.last_error or server.state}", 503)
     if norm == Mode.AUTO and token is not None and not token.may_auto:

@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import db, metrics, onetap
+from . import db, metrics, oauth, onetap
 from .choices import CallKind, CallStatus, DeliveryStatus, TargetKind
 from .models import Delivery, NotificationTarget, ToolCall, iso
 
@@ -192,7 +192,7 @@ def queue_needs_authorization(server: str) -> int:
     authorization server refused its renewal. Written by the one process that holds the
     server (so once); returns how many deliveries."""
     now = timezone.now()
-    data = {"server": server, "url": f"{settings.AGENVOY_PUBLIC_URL}/servers/{server}/"}
+    data = {"server": server, "url": oauth.server_page(server)}
     body = payload(NEEDS_AUTHORIZATION, now, data)
     rows = Delivery.objects.bulk_create(
         Delivery(

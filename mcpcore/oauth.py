@@ -66,6 +66,16 @@ def redirect_uri() -> str:
     return settings.AGENVOY_PUBLIC_URL + CALLBACK_PATH
 
 
+def server_page(name: str) -> str:
+    """Where a person authorizes the server (its page; the `url` of SPEC 16's answers)."""
+    return f"{settings.AGENVOY_PUBLIC_URL}/servers/{name}/"
+
+
+def needs_authorization(name: str) -> str:
+    """What a call to a tool of a server in `needs_authorization` is answered (SPEC 16.1)."""
+    return f"server {name} needs authorization: {server_page(name)}"
+
+
 def server_url(config: dict) -> str:
     return str(config.get("url") or "").strip()
 

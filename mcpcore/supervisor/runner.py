@@ -8,7 +8,7 @@ import logging
 import anyio
 from django.conf import settings
 
-from .. import calls, control, db, gate, results
+from .. import calls, control, db, gate, oauth, results
 from ..choices import CallStatus, Via
 from ..models import ToolCall
 from .session import NEEDS_AUTHORIZATION, SessionHost, describe, is_session_lost
@@ -69,12 +69,7 @@ async def _execute(sup: SessionHost, call: ToolCall) -> tuple[str, str, dict]:
 async def _attempts(session, call: ToolCall, timeout: float) -> tuple[str, str, dict]:
     for attempt in (1, 2):
         if session.error == NEEDS_AUTHORIZATION and not session.ready.is_set():
-            url = f"{settings.AGENVOY_PUBLIC_URL}/servers/{call.server_name}/"
-            return (
-                CallStatus.ERROR,
-                f"server {call.server_name} needs authorization: {url}",
-                {"is_error": True},
-            )
+            return CallStatus.ERROR, oauth.needs_authorization(call.server_name), {"is_error": True}
         client = await session.wait_ready(settings.AGENVOY_CONNECT_TIMEOUT)
         if client is None:
             reason = session.error or "still connecting"
