@@ -608,11 +608,12 @@ def _view_name(name: Any) -> str:
 
 
 def _patterns(patterns: list[str]) -> list[str]:
-    cleaned = toolviews.clean_patterns(patterns)
-    for pattern in cleaned:
-        if not toolviews.is_pattern(pattern):
+    """Each pattern as sent must be a registered-name shape: an empty one too is refused, not
+    dropped (SPEC 19). Then trimmed and without repeats."""
+    for pattern in patterns:
+        if not toolviews.is_pattern(pattern.strip()):
             raise refuse(f"invalid pattern: {pattern}")
-    return cleaned
+    return toolviews.clean_patterns(patterns)
 
 
 def _pattern_list(field: str) -> Any:

@@ -59,7 +59,8 @@ def _misshapen(pattern: str) -> bool:
 
 
 def clean_patterns(patterns: Iterable[str]) -> list[str]:
-    """Patterns as a view keeps them: trimmed, blank ones dropped, repeats dropped, in order."""
+    """Patterns as a view keeps them: trimmed, blank ones dropped, repeats dropped, in order
+    (`/v1` refuses a blank one before this; the page drops blank lines)."""
     out: list[str] = []
     for p in patterns:
         p = p.strip()

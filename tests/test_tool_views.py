@@ -162,6 +162,9 @@ def test_it_creates_lists_replaces_and_removes_views(admin, tools):
         ({"name": "a b"}, "invalid view name: only ASCII letters, digits, '-' and '_' are allowed"),
         ({"name": "ok", "include": ["mcp__gh__*", "gh__*"]}, "invalid pattern: gh__*"),
         ({"name": "ok", "exclude": ["mcp__gh__a*b"]}, "invalid pattern: mcp__gh__a*b"),
+        ({"name": "ok", "include": [""]}, "invalid pattern: "),
+        ({"name": "ok", "include": ["mcp__gh__*", " "]}, "invalid pattern:  "),
+        ({"name": "ok", "include": ["mcp__gh__*"], "exclude": [""]}, "invalid pattern: "),
         ({"name": "ok", "include": "mcp__gh__*"}, "include must be a list of patterns"),
     ],
 )
