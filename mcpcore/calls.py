@@ -40,6 +40,7 @@ from .models import (
     PermissionGrant,
     Server,
     SessionAllowance,
+    Tool,
     ToolCall,
     Worker,
     time_ordered_uuid,
@@ -125,6 +126,14 @@ def allowed(tool_name: str) -> bool:
     return _matcher["match"](tool_name)
 
 
+def trusted(tool: Tool) -> bool:
+    """Whether `allow_tool` trusts the tool now. A tool with a definition digest is trusted only
+    once its pin is written (SPEC 14.1: pinned at the moment it becomes trusted): an entry that
+    another program appended counts from the moment the console has pinned it (its 2 s pick-up),
+    so no definition can change between trust and pin unseen."""
+    return allowed(tool.registered_name) and (not tool.digest or bool(cache.pin(tool.registered_name)))
+
+
 _rules: dict = {"key": None, "set": None}
 
 
@@ -205,7 +214,7 @@ def create(
 
     decision = gate.decide(
         norm,
-        lambda: allowed(tool.registered_name),
+        lambda: trusted(tool),
         lambda: session_allowed(token, session_id),
         rule=lambda: rule_for(tool.registered_name, arguments),
         changed=changed,

@@ -532,7 +532,8 @@ def sync_pins(entries: list[str], *, prefix: str = "", only: str | None = None, 
 
 def trust_states(tools: list, match: "allowlist.Matcher | None" = None) -> dict[str, str]:
     """`trusted`, `changed` or `untrusted` per registered name (SPEC 14.1). `match`: the
-    allow-list's Matcher, when the caller has built one already."""
+    allow-list's Matcher, when the caller has built one already. A listed tool with a digest
+    and no pin yet is not trusted yet (`calls.trusted`: the pin comes first)."""
     from .models import ToolPin
 
     if match is None:
@@ -541,9 +542,9 @@ def trust_states(tools: list, match: "allowlist.Matcher | None" = None) -> dict[
     out = {}
     for tool in tools:
         name = tool.registered_name
-        if not match(name):
+        if not match(name) or (tool.digest and name not in pins):
             out[name] = "untrusted"
-        elif tool.digest and pins.get(name, tool.digest) != tool.digest:
+        elif tool.digest and pins[name] != tool.digest:
             out[name] = "changed"
         else:
             out[name] = "trusted"

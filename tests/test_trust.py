@@ -118,7 +118,8 @@ def test_it_pins_a_tool_trusted_by_another_process_editing_allow_tool(console):
     # Another process (the Agenvoy CLI, a hand edit) trusts the whole server.
     replace_file(c.home / "allow_tool", "mcp__rug__*\n")
     wait_until(lambda: trust(c, NOTES) == "trusted", 2.5, 0.05, what="trusted from the file")
-    wait_until(lambda: {NOTES, WRITE} <= pins(c), 2.5, 0.05, what="pinned by the watcher")
+    # Trusted means pinned: a change right after trust was seen is caught (issue 29.4).
+    assert {NOTES, WRITE} <= pins(c)
     change_notes(c, EVIL)
     assert trust(c, NOTES) == "changed"  # only a pin can tell
     assert trust(c, WRITE) == "trusted"
