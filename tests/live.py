@@ -1,6 +1,7 @@
 """A real console for tests: `manage.py serve` in a subprocess with its own data folder,
 $AGENVOY_HOME and token, talked to over HTTP like any agent would."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -70,6 +71,29 @@ def stop_process(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeo
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(5)
+
+
+@contextlib.contextmanager
+def background(target, *args: tuple, join: float = 70):
+    """Run `target(stop, *a)` in a thread for each tuple `a` of `args` while the block runs;
+    yields `stop`, a threading.Event. However the block ends, pass or fail, `stop` is set and
+    each thread is joined within `join` seconds in all; a thread still alive after a block that
+    passed fails the test. The threads are daemons and a loop in them waits on `stop` between
+    tries (`stop.wait(...)`, never a bare retry), so a failing test neither spins nor keeps the
+    run from ending once it has printed its summary."""
+    stop = threading.Event()
+    threads = [threading.Thread(target=target, args=(stop, *a), daemon=True) for a in args]
+    for t in threads:
+        t.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        deadline = time.monotonic() + join
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+    alive = [t.name for t in threads if t.is_alive()]
+    assert not alive, f"threads still running {join}s after their block ended: {alive}"
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
@@ -380,7 +404,7 @@ def at_once(clients: list, body: dict) -> list:
         start.wait(10)
         answers[i] = clients[i].post("/v1/mcp/call", json=body)
 
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(clients))]
+    threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(len(clients))]
     for t in threads:
         t.start()
     for t in threads:

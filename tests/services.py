@@ -40,7 +40,11 @@ class Redis:
             stderr=subprocess.DEVNULL,
         )
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        wait_until(self._ping, 10, what="redis up")
+        try:
+            wait_until(self._ping, 10, what="redis up")
+        except BaseException:
+            self.stop()
+            raise
 
     def _ping(self) -> bool:
         out = subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True, text=True)
@@ -48,7 +52,11 @@ class Redis:
 
     def stop(self) -> None:
         self.proc.terminate()
-        self.proc.wait(10)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
 
 
 class Postgres:
@@ -95,10 +103,23 @@ class Postgres:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_until(self._ready, 30, 0.2, what="postgres up")
-        self._run(
-            [str(self.bin / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "agenvoy", "agenvoy"]
-        )
+        try:
+            wait_until(self._ready, 30, 0.2, what="postgres up")
+            self._run(
+                [
+                    str(self.bin / "createdb"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-U",
+                    "agenvoy",
+                    "agenvoy",
+                ]
+            )
+        except BaseException:
+            self.stop()
+            raise
         self.url = f"postgresql://agenvoy@127.0.0.1:{self.port}/agenvoy"
 
     def _wrap(self, cmd: list[str]) -> list[str]:

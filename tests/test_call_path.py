@@ -11,7 +11,7 @@ import threading
 import httpx2
 import pytest
 
-from tests.live import db_rows, our_server, signed_in, token_id, wait_until
+from tests.live import background, db_rows, our_server, signed_in, token_id, wait_until
 
 pytestmark = pytest.mark.live
 
@@ -66,10 +66,9 @@ def test_it_refuses_a_revoked_tokens_next_request_while_the_cache_is_warm(c):
 def test_it_keeps_every_answered_call_in_the_history_across_kill_9_under_32_clients(c):
     answered: dict[str, str] = {}  # call id -> the status its client was given
     lock = threading.Lock()
-    stop = threading.Event()
     errors: list[str] = []
 
-    def client(n: int) -> None:
+    def client(stop: threading.Event, n: int) -> None:
         with httpx2.Client(
             base_url=c.url, timeout=30, headers={"Authorization": f"Bearer {c.token}"}
         ) as http:
@@ -83,25 +82,18 @@ def test_it_keeps_every_answered_call_in_the_history_across_kill_9_under_32_clie
                 try:
                     r = http.post("/v1/mcp/call", json=body)
                 except httpx2.HTTPError:
-                    continue  # no answer: the console died under this one
+                    stop.wait(0.1)  # no answer: the console died under this one; no spin
+                    continue
                 if r.status_code in (200, 202):
                     with lock:
                         answered[r.json()["call_id"]] = r.json()["status"]
                 else:
                     errors.append(f"{r.status_code} {r.text[:200]}")
 
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
-    for t in threads:
-        t.start()
-    try:
+    with background(client, *((n,) for n in range(CLIENTS)), join=60):
         wait_until(lambda: len(answered) >= 300, 60, 0.05, what="300 answered calls under load")
         c.stop(signal.SIGKILL)
         assert c.proc.returncode == -signal.SIGKILL
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(60)
-    assert not any(t.is_alive() for t in threads)
     assert not errors, errors[:3]
     c.start()
     c.wait_connected("echo", timeout=60)

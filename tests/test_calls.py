@@ -96,7 +96,7 @@ def test_it_answers_a_waiting_call_when_approved(c):
     def call():
         out["r"] = c.call("mcp__every__get-sum", {"a": 20, "b": 22}, session_id="waiting-s", wait=20)
 
-    t = threading.Thread(target=call)
+    t = threading.Thread(target=call, daemon=True)
     t.start()
     pend = wait_until(
         lambda: [p for p in c.get("/v1/pending").json()["pending"] if p["session_id"] == "waiting-s"], 10

@@ -148,7 +148,7 @@ async def test_it_never_waits_on_the_loop_for_another_writer():
             release.wait(10)
             other.execute("COMMIT")
 
-    holder = threading.Thread(target=hold_the_write_lock)
+    holder = threading.Thread(target=hold_the_write_lock, daemon=True)
     holder.start()
     await asyncio.to_thread(held.wait, 10)
     call = _new_call("later")

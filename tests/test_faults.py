@@ -157,8 +157,8 @@ def test_every_call_ends_cleanly_while_the_server_is_killed_five_times(console):
         except BaseException as exc:
             kill_errors.append(exc)
 
-    threads = [threading.Thread(target=worker) for _ in range(CLIENTS)]
-    threads.append(threading.Thread(target=killer))
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(CLIENTS)]
+    threads.append(threading.Thread(target=killer, daemon=True))
     for t in threads:
         t.start()
     for t in threads:
@@ -350,7 +350,7 @@ def _huge_call_while_echoing(c: Console, tool: str, args: dict, timeout: float =
                 stop.wait(0.05)
 
     with RssSampler(c.proc.pid) as rss:
-        side = threading.Thread(target=echoes)
+        side = threading.Thread(target=echoes, daemon=True)
         side.start()
         try:
             with client(c, timeout=timeout + 30) as http:
@@ -585,8 +585,8 @@ def test_kill_9_during_writes_never_leaves_a_half_written_allow_tool_or_mcp_json
         writer_errors: list[str] = []
         args = (c, rng, stop, written, writer_errors)
         writers = [
-            threading.Thread(target=_allow_writer, args=(*args, attempted)),
-            threading.Thread(target=_mcp_writer, args=(*args, attempted_servers, round_no)),
+            threading.Thread(target=_allow_writer, args=(*args, attempted), daemon=True),
+            threading.Thread(target=_mcp_writer, args=(*args, attempted_servers, round_no), daemon=True),
         ]
         for t in writers:
             t.start()

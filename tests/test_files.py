@@ -509,8 +509,8 @@ def _race(monkeypatch, target: str, hook_call: int, first, second) -> None:
                 done.set()
             connection.close()
 
-    a = threading.Thread(target=run, args=(first,), name="A")
-    b = threading.Thread(target=run, args=(second, a_in_gap, b_done), name="B")
+    a = threading.Thread(target=run, args=(first,), name="A", daemon=True)
+    b = threading.Thread(target=run, args=(second, a_in_gap, b_done), name="B", daemon=True)
     a.start()
     b.start()
     a.join(timeout=10)

@@ -4,6 +4,7 @@ processes (daphne) and two `mcpworker` processes sharing them."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -25,6 +26,16 @@ class Cluster:
     def __init__(self, servers: dict | None = None, allow: list[str] | None = None) -> None:
         self.base = Path(tempfile.mkdtemp(prefix="agenvoy-scale-"))
         os.chmod(self.base, 0o755)
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.redis: Redis | None = None
+        self.pg: Postgres | None = None
+        try:
+            self._start(servers, allow)
+        except BaseException:
+            self.close()  # a start that failed half-way leaves no process behind
+            raise
+
+    def _start(self, servers: dict | None, allow: list[str] | None) -> None:
         self.redis = Redis(self.base)
         self.pg = Postgres(self.base)
         home = self.base / "home"
@@ -44,7 +55,6 @@ class Cluster:
             "PYTHONUNBUFFERED": "1",
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
         }
-        self.procs: dict[str, subprocess.Popen] = {}
         self.manage("migrate", "--noinput", "-v0")
         self.token = self.manage("create_token", "scale", "--role", "admin").strip()
         self.webs = [self.start_web(f"web{i}") for i in (1, 2)]
@@ -97,6 +107,7 @@ class Cluster:
             return {s["Name"]: s for s in c.get("/v1/mcp/status").json()["servers"]}
 
     def close(self) -> None:
+        """End every process (group) of the cluster, then Redis and PostgreSQL, then its folder."""
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -105,8 +116,11 @@ class Cluster:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-        self.redis.stop()
-        self.pg.stop()
+                proc.wait(5)
+        for service in (self.redis, self.pg):
+            if service is not None:
+                service.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
 
 
 def all_connected(cluster, names=SERVERS, web=0):

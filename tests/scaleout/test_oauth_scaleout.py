@@ -15,7 +15,7 @@ import time
 import httpx2
 import pytest
 
-from tests.live import wait_until
+from tests.live import background, wait_until
 from tests.oauthlab.app import fingerprint
 from tests.oauthlab.run import Lab, authorize, leaks
 from tests.scaleout.cluster import Cluster, signed_in_browser
@@ -76,9 +76,8 @@ def test_it_fails_over_with_the_stored_tokens_and_one_renewer_at_a_time(cluster,
     holder = lab_state(cluster)["worker"]
     survivor = "w2" if holder == "w1" else "w1"
     results: list[tuple[int, float, int, dict]] = []
-    stop = threading.Event()
 
-    def caller(web: int) -> None:
+    def caller(stop: threading.Event, web: int) -> None:
         with cluster.api(web) as api:
             while not stop.is_set():
                 try:
@@ -92,10 +91,7 @@ def test_it_fails_over_with_the_stored_tokens_and_one_renewer_at_a_time(cluster,
                     results.append((web, time.time(), 0, {"error": str(exc)}))
                 stop.wait(0.3)  # an agent's pace, not a wait for anything
 
-    threads = [threading.Thread(target=caller, args=(web,)) for web in (0, 1)]
-    for t in threads:
-        t.start()
-    try:
+    with background(caller, (0,), (1,)):
         # Two renewals by the first holder, with calls on both web processes.
         started = time.time()
         wait_until(lambda: renewals_since(lab, started) >= 2, TTL * 3, 0.2, what="renewals by the holder")
@@ -120,11 +116,6 @@ def test_it_fails_over_with_the_stored_tokens_and_one_renewer_at_a_time(cluster,
             lambda: renewals_since(lab, taken_over) >= 2, TTL * 3, 0.2, what="renewals by the survivor"
         )
         wait_until(lambda: served_since(results, taken_over) >= {0, 1}, 20, 0.2, what="calls on both webs")
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(70)
-
     stats = lab.stats()
     print(
         f"oauth failover: {len(results)} calls, {stats['refreshes']} renewals, "
