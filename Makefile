@@ -12,7 +12,11 @@ run: setup
 	$(PY) manage.py bootstrap_admin
 	$(PY) manage.py serve --host 127.0.0.1 --port 8000
 
+# The tests start hundreds of Python processes; where PYTHONDONTWRITEBYTECODE is set (as on CI's
+# machines) none of them writes its bytecode, so each would compile the console from source:
+# compiled once here instead.
 test: setup setup-test
+	$(PY) -m compileall -q mcpcore agenvoy_site tests bench manage.py
 	$(PY) -m pytest -q
 	$(PY) -m pytest -q -m e2e
 	$(PY) -m pytest -q -m scaleout

@@ -52,7 +52,9 @@ def test_it_gives_a_free_server_to_one_worker_and_keeps_it_there_while_its_lease
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
-async def test_it_hands_idle_servers_over_one_a_tick_until_the_second_worker_has_its_share(agenvoy_home):
+async def test_it_hands_the_idle_surplus_over_in_one_tick_until_the_second_worker_has_its_share(
+    agenvoy_home,
+):
     await sync_to_async(write_servers)(agenvoy_home, {n: SERVER for n in ("a", "b", "c", "d")})
     w1 = await db.run(worker, "w1")
     owned, _configs, share, _every = await db.run(w1._leases)
@@ -63,15 +65,11 @@ async def test_it_hands_idle_servers_over_one_a_tick_until_the_second_worker_has
 
     w2 = await db.run(worker, "w2")
     assert (await db.run(w2._leases))[0] == set()  # nothing free yet
-    taken = []
-    for tick in (1, 2):
-        owned, _configs, share, _every = await db.run(w1._leases)
-        assert share == 2
-        owned = await w1._hand_over(owned, len(owned) - share)
-        assert len(owned) == 4 - tick  # one server a tick
-        mine = (await db.run(w2._leases))[0]
-        taken.append(mine)
-    assert taken == [{"c"}, {"b", "c"}]  # the idle ones, from the top; never d
+    owned, _configs, share, _every = await db.run(w1._leases)
+    assert share == 2
+    owned = await w1._hand_over(owned, len(owned) - share)
+    assert owned == {"a", "d"}  # the whole idle surplus at once, from the top; never d
+    assert (await db.run(w2._leases))[0] == {"b", "c"}
     assert set(w1.sessions) == {"a", "d"} and w1.sessions["d"].active_calls == 1
     assert await db.run(owners) == {"a": "w1", "b": "w2", "c": "w2", "d": "w1"}
     # Balanced: a further tick of each moves nothing.
@@ -79,6 +77,20 @@ async def test_it_hands_idle_servers_over_one_a_tick_until_the_second_worker_has
     assert owned == {"a", "d"} and len(owned) == share
     assert (await db.run(w2._leases))[0] == {"b", "c"}
     assert await db.run(owners) == {"a": "w1", "b": "w2", "c": "w2", "d": "w1"}
+
+
+@pytest.mark.django_db
+def test_it_takes_nothing_on_a_workers_first_tick_so_workers_started_together_split_the_servers(
+    agenvoy_home,
+):
+    write_servers(agenvoy_home, {n: SERVER for n in ("a", "b", "c", "d", "e")})
+    w1, w2 = worker("w1"), worker("w2")
+    # Their first ticks: heartbeats only. Had w1 claimed then, it would have taken all five
+    # (w2 was not alive yet) and handed two over later, each started twice.
+    assert w1._leases(claim=False)[0] == set() and w2._leases(claim=False)[0] == set()
+    first, second = w1._leases()[0], w2._leases()[0]
+    assert (len(first), len(second)) == (3, 2) and not first & second
+    assert set(owners().values()) == {"w1", "w2"}
 
 
 @pytest.mark.django_db

@@ -63,6 +63,9 @@ class Supervisor:
         # Authorization-code flows this worker runs (SPEC 16.2), by flow id.
         self.flows: dict[str, upstream.Flow] = {}
         self._flow_tasks: set[asyncio.Task] = set()
+        # A worker (not the only supervisor) takes no lease on its first tick: workers started
+        # together see each other's heartbeat first and split the servers without a hand-over.
+        self._seen_peers = exclusive
 
     # --- life --------------------------------------------------------------------------------
 
@@ -266,7 +269,8 @@ class Supervisor:
 
     async def _tick(self) -> None:
         changed = await db.run(self._watcher.check)
-        owned, wanted_config, share, every = await db.run(self._leases)
+        owned, wanted_config, share, every = await db.run(self._leases, self._seen_peers)
+        self._seen_peers = True
         await self._announce_list_changes(every)
         if len(owned) > share:
             owned = await self._hand_over(owned, len(owned) - share)
@@ -288,11 +292,11 @@ class Supervisor:
         for call_id in await db.run(calls.unstarted_for, list(owned)):
             self.pick_up(call_id)
 
-    def _leases(self) -> tuple[set[str], dict[str, str], int, dict[str, str]]:
-        """Renew our leases and take free or expired ones (a fair share when others are alive).
-        Claims are conditional updates. Returns the servers we hold (a removed server's row is
-        gone, so it is not among them), their config hashes, our fair share, and every server's
-        config hash.
+    def _leases(self, claim: bool = True) -> tuple[set[str], dict[str, str], int, dict[str, str]]:
+        """Renew our leases and, when `claim`, take free or expired ones (a fair share when
+        others are alive). Claims are conditional updates. Returns the servers we hold (a
+        removed server's row is gone, so it is not among them), their config hashes, our fair
+        share, and every server's config hash.
 
         The only supervisor (embedded `serve`) has no one to share with: it writes nothing
         here on an ordinary tick, only when it takes a new server.
@@ -311,7 +315,7 @@ class Supervisor:
             ).count()
             share = math.ceil(len(servers) / max(alive, 1))
         for name, owner, expires, _h in servers:
-            if name in mine or len(mine) >= share:
+            if not claim or name in mine or len(mine) >= share:
                 continue
             if owner and not self.exclusive and expires and expires > now:
                 continue
@@ -337,16 +341,16 @@ class Supervisor:
             await control.asend_group(control.STATUS, {"type": "status.changed", "server": name})
 
     async def _hand_over(self, owned: set[str], surplus: int) -> set[str]:
-        """Give back servers beyond our fair share (a worker that started first took them
-        all), one per tick, idle ones only, so the others can take them."""
+        """Give back the servers beyond our fair share (a worker that started first took them
+        all), idle ones only, all in one tick: their sessions stop together, then their leases
+        are freed, so the others take them on their next tick."""
         busy = {s.name for s in self.sessions.values() if s.active_calls}
-        for name in sorted(owned - busy, reverse=True)[: min(surplus, 1)]:
-            session = self.sessions.pop(name, None)
-            if session is not None:
-                await session.stop()
+        leaving = sorted(owned - busy, reverse=True)[:surplus]
+        stopping = [self.sessions.pop(name) for name in leaving if name in self.sessions]
+        await asyncio.gather(*(session.stop() for session in stopping), return_exceptions=True)
+        for name in leaving:
             await db.run(
                 Server.objects.filter(name=name, owner=self.name).update, owner="", lease_expires=None
             )
-            owned = owned - {name}
             log.info("handed %s over for balance", name)
-        return owned
+        return owned - set(leaving)
