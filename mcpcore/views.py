@@ -40,6 +40,7 @@ from . import (
     allowlist,
     calls,
     control,
+    db,
     files,
     live,
     notify,
@@ -1365,20 +1366,24 @@ def well_known_not_found(request: HttpRequest) -> JsonResponse:
 
 @login_required
 @require_POST
-def server_authorize(request: HtmxRequest, name: str) -> HttpResponse:
+async def server_authorize(request: HtmxRequest, name: str) -> HttpResponse:
     """`Authorize`: start the server's authorization-code flow in the worker that holds it and
-    send the browser to the authorization server (SPEC 16.2)."""
-    server = _get_server_or_404(name)
-    problem = oauth.authorize_problem(server.name)
+    send the browser to the authorization server (SPEC 16.2). An async view: the request waits
+    for the holder's answer on the event loop, as `POST /v1/mcp/authorize` does, with no
+    thread held for it and no hop through `async_to_sync`."""
+    problem = await db.run(oauth.authorize_problem, name)
+    if problem is not None and problem[1] == 404:
+        raise Http404("server not found")
     url = ""
     if problem is not None:
         messages.error(request, problem[0])
     else:
+        user = await request.auser()
         try:
-            url = async_to_sync(control.authorize)(server.name, request.user.get_username())
+            url = await control.authorize(name, user.get_username())
         except control.AuthorizeRefused as exc:
             messages.error(request, str(exc))
-    return _go(request, url or reverse("server-detail", args=[server.name]))
+    return _go(request, url or reverse("server-detail", args=[name]))
 
 
 def _go(request: HtmxRequest, url: str) -> HttpResponse:
