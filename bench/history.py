@@ -7,7 +7,7 @@ import datetime
 import sqlite3
 import time
 
-from .common import Figure, django_setup, ms, percentile
+from bench.common import Figure, django_setup, ms, percentile
 
 NAME = "history"
 CALLS = 1_000_000

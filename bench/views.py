@@ -10,8 +10,8 @@ figures are the console's, not a client library's. Rounds interleave the rows.""
 import asyncio
 import time
 
-from .common import Figure, console, many_server, ms, percentile
-from .rawhttp import MODERN, McpError, RawHttp, RawMcp
+from bench.common import Figure, console, many_server, ms, percentile
+from bench.rawhttp import MODERN, McpError, RawHttp, RawMcp
 
 NAME = "views"
 SERVERS = 10

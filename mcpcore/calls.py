@@ -32,8 +32,9 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import allowlist, cache, control, db, files, gate, metrics, oauth, rules, schemas, store
+from . import allowlist, control, db, files, gate, metrics, oauth, rules, schemas
 from .choices import CallDecision, CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
+from .db import cache, callsql
 from .models import (
     AllowEntry,
     ApiToken,
@@ -221,7 +222,7 @@ def create(
         granted=lambda: granted(token, CallKind.TOOL_CONFIRM, tool.registered_name),
     )
     now = timezone.now()
-    call = store.new(
+    call = callsql.new(
         session_id=session_id,
         tool_name=tool.registered_name,
         server_name=server.name,
@@ -247,7 +248,7 @@ def create(
             call.started_at, call.worker = now, local.name
     else:
         _wait_for_a_person(call, token, now)
-    store.insert(call)
+    callsql.insert(call)
     if call.ended:  # denied by a rule
         _count_end(call)
     if call.status == CallStatus.PENDING and token is not None and not _still_live(token):
@@ -367,7 +368,7 @@ async def wait(
                 # alone first (no ORM, no thread hop), the whole row once that has moved.
                 if (
                     call.status != CallStatus.PENDING
-                    or await db.read(store.status, call.id) != CallStatus.PENDING
+                    or await db.read(callsql.status, call.id) != CallStatus.PENDING
                 ):
                     fresh = await db.run(_get, call.id)
                     if fresh is None:
@@ -464,7 +465,7 @@ async def respond(
 
 def finish(call_id, status: str, result: str, **fields) -> bool:
     """End a call once: a conditional update from pending/running, so no end is overwritten."""
-    ended = store.end(call_id, {"status": status, "result": result, "ended_at": timezone.now(), **fields})
+    ended = callsql.end(call_id, {"status": status, "result": result, "ended_at": timezone.now(), **fields})
     if ended:
         _count_end_of(call_id)
     return ended
@@ -474,7 +475,7 @@ def finish_call(call: ToolCall, status: str, result: str, **fields) -> ToolCall 
     """`finish` for the object the call path holds: on success the same fields are set on it
     (it then is the row as stored), and it is returned; None when the call had already ended."""
     ended = {"status": status, "result": result, "ended_at": timezone.now(), **fields}
-    if not store.end(call.id, ended):
+    if not callsql.end(call.id, ended):
         return None
     for key, value in ended.items():
         setattr(call, key, value)
@@ -729,7 +730,7 @@ def create_permission_prompt(
         call.result = json.dumps(_allow(call))
     else:
         _wait_for_a_person(call, token, now)
-    store.insert(call)
+    callsql.insert(call)
     if call.ended:  # allowed by a grant or a session allowance
         _count_end(call)
     return call
@@ -851,7 +852,7 @@ def _count_end(call: ToolCall) -> None:
 
 def _count_end_of(call_id) -> None:
     """`_count_end` for a call ended by id: its labels read back from the row."""
-    row = store.ended_row(call_id)
+    row = callsql.ended_row(call_id)
     if row is None:
         return
     server, status, decision, started_at, ended_at, confirm_id = row

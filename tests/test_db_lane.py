@@ -13,7 +13,8 @@ import threading
 import pytest
 from django.db import IntegrityError, connection
 
-from mcpcore import db, store
+from mcpcore import db
+from mcpcore.db import callsql
 from mcpcore.models import ToolCall
 
 
@@ -23,7 +24,7 @@ def _new_call(text: str) -> ToolCall:
 
 def _insert(call: ToolCall) -> int:
     """Insert, and say which transaction it ran in (the outer atomic block's identity)."""
-    store.insert(call)
+    callsql.insert(call)
     assert connection.in_atomic_block
     return id(connection.atomic_blocks[0])
 
@@ -98,7 +99,7 @@ def _stored_elsewhere(call_id) -> bool:
 
 
 def _insert_here(call: ToolCall) -> int:
-    store.insert(call)
+    callsql.insert(call)
     return threading.get_ident()
 
 
@@ -125,7 +126,7 @@ async def test_it_hands_a_write_that_needs_the_orm_to_the_database_thread():
 
     def with_orm():
         before = ToolCall.objects.count()  # Django refuses this on the loop's thread
-        store.insert(call)
+        callsql.insert(call)
         return before, threading.current_thread().name
 
     before, thread = await writes.submit(with_orm)
@@ -175,7 +176,7 @@ async def test_it_keeps_nothing_of_a_write_that_raised_after_writing_and_loses_n
     twin.id = first.id
 
     def wrote_then_failed():
-        store.insert(bad)
+        callsql.insert(bad)
         raise ValueError("after the write")
 
     outcomes = await asyncio.gather(

@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from mcpcore import views
 from mcpcore.models import ToolCall
+from mcpcore.web import display
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_it_answers_a_tool_filter_matching_nothing_without_reading_calls(signed_
 
 
 def test_it_falls_back_to_a_filtered_scan_when_very_many_names_match(signed_in, calls, monkeypatch):
-    monkeypatch.setattr(views, "TOOL_PARTS", 1)
+    monkeypatch.setattr(display, "TOOL_PARTS", 1)
     tools, _, _, sql = page(signed_in, "/history/?tool=sum")
     assert tools == [f"t{i}" for i in range(90) if i % 3 != 2][:50]
     assert any("LIKE" in q for q in sql)

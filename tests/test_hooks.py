@@ -298,13 +298,13 @@ def test_it_applies_argument_rules_to_approval_prompt_on_the_agents_tool_name(to
 
 @pytest.mark.parametrize("event", ["PermissionRequest", "PreToolUse"])
 def test_it_answers_a_prompt_ended_another_way_as_a_deny_with_its_result(event):
-    from mcpcore import hooks
+    from mcpcore.api import claude_hooks
 
     for status, result in (
         ("expired", "Skipped by user. Reason: confirmation expired"),
         ("cancelled", "token revoked"),
     ):
-        got = hooks.answer(event, ToolCall(status=status, result=result), 55, timed_out=False)
+        got = claude_hooks.answer(event, ToolCall(status=status, result=result), 55, timed_out=False)
         check_shape(event, got)
         specific = got["hookSpecificOutput"]
         if event == "PermissionRequest":
@@ -312,8 +312,8 @@ def test_it_answers_a_prompt_ended_another_way_as_a_deny_with_its_result(event):
         else:
             assert (specific["permissionDecision"], specific["permissionDecisionReason"]) == ("deny", result)
     assert (
-        hooks.answer("PreToolUse", ToolCall(status="cancelled"), 55, timed_out=True)["hookSpecificOutput"][
-            "permissionDecisionReason"
-        ]
+        claude_hooks.answer("PreToolUse", ToolCall(status="cancelled"), 55, timed_out=True)[
+            "hookSpecificOutput"
+        ]["permissionDecisionReason"]
         == "no decision in the console within 55 s"
     )

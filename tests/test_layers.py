@@ -37,8 +37,8 @@ LAYERS: list[tuple[str, set[str], set[str]]] = [
         {
             "mcpcore.models",
             "mcpcore.db",
-            "mcpcore.cache",
-            "mcpcore.store",
+            "mcpcore.db.cache",
+            "mcpcore.db.callsql",
             "mcpcore.files",
             "mcpcore.control",
             "mcpcore.serverconfig",
@@ -46,24 +46,24 @@ LAYERS: list[tuple[str, set[str], set[str]]] = [
             "mcpcore.channellayer",
             "mcpcore.metrics",
             "mcpcore.retention",
-            "mcpcore.viewstore",
+            "mcpcore.toolviewstore",
             "mcpcore.oauth",
         },
         {"pure"},
     ),
-    ("calls", {"mcpcore.calls", "mcpcore.notify", "mcpcore.hooks"}, {"pure", "data"}),
+    ("calls", {"mcpcore.calls", "mcpcore.notify", "mcpcore.api.claude_hooks"}, {"pure", "data"}),
     ("supervisor", {"mcpcore.supervisor.*"}, {"pure", "data", "calls"}),
     (
         "doors",
         {
-            "mcpcore.views",
-            "mcpcore.forms",
-            "mcpcore.live",
-            "mcpcore.urls",
-            "mcpcore.consumers",
-            "mcpcore.routing",
-            "mcpcore.context_processors",
-            "mcpcore.staticserve",
+            "mcpcore.web.views",
+            "mcpcore.web.forms",
+            "mcpcore.web.live",
+            "mcpcore.web.urls",
+            "mcpcore.web.consumers",
+            "mcpcore.web.routing",
+            "mcpcore.web.context_processors",
+            "mcpcore.web.staticserve",
             "mcpcore.api.*",
             "mcpcore.mcpserver.*",
         },
@@ -251,11 +251,11 @@ def test_it_reports_a_broken_rule(tmp_path):
     (tmp_path / "mcpcore" / "views.py").write_text("from mcpcore import names\nimport mcp_types\n")
     found = modules(tmp_path)
     edges = graph(found)
-    assert edges["mcpcore.names"] == {"mcpcore.views": 1}
+    assert edges["mcpcore.names"] == {"mcpcore.web.views": 1}
     assert forbidden_layers(edges, found, tmp_path) == [
         "mcpcore/names.py:1: mcpcore.names (pure) imports mcpcore.views (doors), which its layer may not"
     ]
-    assert cycles(edges) == [["mcpcore.names", "mcpcore.views"]]
+    assert cycles(edges) == [["mcpcore.names", "mcpcore.web.views"]]
     assert forbidden_imports(found, tmp_path) == [
         "mcpcore/views.py:2: mcpcore.views imports mcp_types: only supervisor/ and mcpserver/ import the MCP SDK"
     ]

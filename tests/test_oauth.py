@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from mcpcore import notify, oauth, schemas
 from mcpcore.models import OAuthAccount, mask_config, unmask_config
-from mcpcore.supervisor import oauth as upstream
+from mcpcore.supervisor import upstream
 from tests.live import db_rows, signed_in, wait_until
 from tests.oauthlab.run import NOT_AUTHORIZED, Lab, consent
 

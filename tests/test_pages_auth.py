@@ -7,14 +7,14 @@ import re
 import pytest
 from django.urls import URLPattern, get_resolver
 
-import mcpcore.urls
+import mcpcore.web.urls
 
 _SAMPLES = {"str": "every", "int": "1", "uuid": "6f1d2b1c-0000-4000-8000-000000000001"}
 
 
 def _page_paths() -> list[str]:
     out = []
-    for p in mcpcore.urls.urlpatterns:
+    for p in mcpcore.web.urls.urlpatterns:
         assert isinstance(p, URLPattern)
         route = re.sub(r"<(?:(\w+):)?\w+>", lambda m: _SAMPLES[m.group(1) or "str"], str(p.pattern))
         out.append("/" + route)
@@ -27,7 +27,7 @@ PAGES = _page_paths()
 def test_it_walks_every_page_of_the_console():
     assert "/" in PAGES and "/rules/" in PAGES and "/notifications/" in PAGES
     assert "/pending/6f1d2b1c-0000-4000-8000-000000000001/" in PAGES
-    assert len(PAGES) == len(mcpcore.urls.urlpatterns)
+    assert len(PAGES) == len(mcpcore.web.urls.urlpatterns)
     # Everything under the site root that is not /v1, /login or /logout is one of these, but for
     # three routes without a session: one-tap links (the action token is the credential, SPEC
     # 17.2) and the JSON 404s MCP clients probe for (17.4), both checked below, and `/metrics`

@@ -18,8 +18,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from mcpcore import calls, live
+from mcpcore import calls
 from mcpcore.models import ApiToken, PermissionGrant, SessionAllowance, ToolCall
+from mcpcore.web import live
 
 pytestmark = pytest.mark.django_db
 

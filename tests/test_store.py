@@ -1,4 +1,4 @@
-"""The call path's own statements (`mcpcore.store`) store exactly what the ORM would, on
+"""The call path's own statements (`mcpcore.db.callsql`) store exactly what the ORM would, on
 Django's connection and on the event loop's own SQLite connection alike."""
 
 import datetime
@@ -8,7 +8,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from mcpcore import db, store
+from mcpcore import db
+from mcpcore.db import callsql
 from mcpcore.models import ApiToken, ToolCall
 
 WHEN = datetime.datetime(2026, 12, 1, 10, 30, 15, 123456, tzinfo=datetime.UTC)
@@ -47,38 +48,38 @@ def _values(call: ToolCall) -> dict:
 def test_it_makes_the_same_object_as_the_keyword_constructor():
     token = ApiToken.objects.create(name="a", token_hash="h", role="agent")
     fixed = {"id": uuid.uuid4(), **_fields(token)}
-    made, expected = store.new(**fixed), ToolCall(**fixed)
+    made, expected = callsql.new(**fixed), ToolCall(**fixed)
     assert _values(made) == _values(expected)
     assert made.token is token  # the related object is kept: no query to reach it
     assert made._state.adding
     with pytest.raises(TypeError):
-        store.new(nonsense=1)
+        callsql.new(nonsense=1)
 
 
 @pytest.mark.django_db
 def test_it_stores_and_ends_a_call_exactly_as_the_orm_would():
     token = ApiToken.objects.create(name="a", token_hash="h", role="agent")
-    ours, theirs = store.new(**_fields(token)), ToolCall(**_fields(token))
-    store.insert(ours)
+    ours, theirs = callsql.new(**_fields(token)), ToolCall(**_fields(token))
+    callsql.insert(ours)
     theirs.save(force_insert=True)
     assert _row(ours.id)[1:] == _row(theirs.id)[1:]
 
     ended = {"status": "done", "result": "ok", "ended_at": WHEN, "is_error": False, "native_result": None}
-    assert store.end(ours.id, ended)
+    assert callsql.end(ours.id, ended)
     ToolCall.objects.filter(id=theirs.id).update(**ended)
     assert _row(ours.id)[1:] == _row(theirs.id)[1:]
-    assert not store.end(ours.id, ended)  # ended already: nothing is overwritten
+    assert not callsql.end(ours.id, ended)  # ended already: nothing is overwritten
     assert ToolCall.objects.get(id=ours.id).arguments == _fields(None)["arguments"]
 
 
 @pytest.mark.django_db
 def test_it_reads_a_calls_status_as_stored_and_none_for_no_call():
-    call = store.new(**_fields(None))
-    store.insert(call)
-    assert store.status(call.id) == "running"
-    assert store.end(call.id, {"status": "done", "result": "ok", "ended_at": WHEN})
-    assert store.status(call.id) == "done"
-    assert store.status(uuid.uuid4()) is None
+    call = callsql.new(**_fields(None))
+    callsql.insert(call)
+    assert callsql.status(call.id) == "running"
+    assert callsql.end(call.id, {"status": "done", "result": "ok", "ended_at": WHEN})
+    assert callsql.status(call.id) == "done"
+    assert callsql.status(uuid.uuid4()) is None
 
 
 @pytest.mark.asyncio
@@ -86,13 +87,13 @@ def test_it_reads_a_calls_status_as_stored_and_none_for_no_call():
 async def test_it_stores_the_same_row_through_the_loops_own_connection():
     token = await ApiToken.objects.acreate(name="a", token_hash="h", role="agent")
     writes = db._LoopSQLite(str(connection.settings_dict["NAME"]), db._Lane("test-db"))
-    ours, theirs = store.new(**_fields(token)), ToolCall(**_fields(token))
+    ours, theirs = callsql.new(**_fields(token)), ToolCall(**_fields(token))
     ended = {"status": "error", "result": "no", "ended_at": timezone.now(), "is_error": True}
 
     def on_the_loop():
         assert db._here.get() is not None  # this job did run on the loop's connection
-        store.insert(ours)
-        return store.end(ours.id, ended)
+        callsql.insert(ours)
+        return callsql.end(ours.id, ended)
 
     assert await writes.submit(on_the_loop)
     await theirs.asave(force_insert=True)
@@ -107,10 +108,10 @@ def test_it_keeps_confirmations_unique_while_calls_without_one_skip_the_index():
 
     shared = uuid.uuid4()
     for _ in range(3):  # calls that ran at once have no confirmation id
-        store.insert(store.new(**_fields(None)))
-    store.insert(store.new(**_fields(None), confirm_id=shared))
+        callsql.insert(callsql.new(**_fields(None)))
+    callsql.insert(callsql.new(**_fields(None), confirm_id=shared))
     with pytest.raises(IntegrityError), transaction.atomic():
-        store.insert(store.new(**_fields(None), confirm_id=shared))
+        callsql.insert(callsql.new(**_fields(None), confirm_id=shared))
     assert ToolCall.objects.filter(confirm_id=shared).count() == 1
     assert ToolCall.objects.filter(confirm_id__isnull=True).count() == 3
 

@@ -20,9 +20,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from mcpcore import calls, files, live, serverconfig
+from mcpcore import calls, files, serverconfig
 from mcpcore.choices import TokenRole
 from mcpcore.models import ApiToken, Server, SessionAllowance, Tool, ToolCall
+from mcpcore.web import live
 from tests.rows import add_tools, make_call, write_servers
 
 pytestmark = pytest.mark.django_db
@@ -547,7 +548,7 @@ def test_it_tries_a_tool_through_the_gate_as_a_pending_call(signed_in, every):
 
 
 def test_it_tries_an_allowed_tool_at_once_and_shows_the_result(signed_in, every, agenvoy_home, monkeypatch):
-    from mcpcore import views
+    from mcpcore.web import views
 
     (agenvoy_home / "allow_tool").write_text("mcp__every__*\n")
     monkeypatch.setattr(views, "TRY_WAIT", 0.05)
@@ -899,7 +900,7 @@ async def test_it_delivers_a_push_over_the_live_socket(agenvoy_home):
     from channels.testing import WebsocketCommunicator
 
     from mcpcore import control
-    from mcpcore.consumers import LiveConsumer
+    from mcpcore.web.consumers import LiveConsumer
 
     op = await sync_to_async(User.objects.create_user)("ws-op")
     app = LiveConsumer.as_asgi()

@@ -14,8 +14,9 @@ from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import cache, db, schemas
+from .. import db, schemas
 from ..choices import TokenRole
+from ..db import cache
 from ..models import ApiToken, ToolCall
 
 log = logging.getLogger("mcpcore.api")

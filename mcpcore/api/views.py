@@ -7,8 +7,9 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.utils import timezone
 
-from .. import allowlist, cache, control, files, serverconfig, viewstore
+from .. import allowlist, control, files, serverconfig, toolviewstore
 from ..choices import CallStatus
+from ..db import cache
 from ..models import Server, Tool, ToolCall, mask_config
 from ..schemas import (
     AllowEdit,
@@ -76,8 +77,8 @@ def allowlist_view(request: ApiRequest) -> JsonResponse:
 @api_view(("GET",))
 def mcp_tools(request: ApiRequest) -> JsonResponse:
     scope = cache.scope(request.api_token)
-    rows = viewstore.prefilter(Tool.objects.select_related("server"), scope)
-    tools = viewstore.narrow(rows.order_by("registered_name"), scope)
+    rows = toolviewstore.prefilter(Tool.objects.select_related("server"), scope)
+    tools = toolviewstore.narrow(rows.order_by("registered_name"), scope)
     trust = files.trust_states(tools)
     return JsonResponse({"tools": [{**t.to_dict(), "trust": trust[t.registered_name]} for t in tools]})
 
@@ -137,15 +138,15 @@ def mcp_instructions(request: ApiRequest) -> JsonResponse:
 @api_view(("GET", "POST"))
 def views_view(request: ApiRequest) -> JsonResponse:
     if request.method == "GET":
-        return JsonResponse({"views": viewstore.listing(request.api_token)})
+        return JsonResponse({"views": toolviewstore.listing(request.api_token)})
     edit = ViewEdit.check(json_body(request))
-    view = viewstore.save(edit.name, edit.description, edit.include, edit.exclude)
-    return JsonResponse({"ok": True, "view": viewstore.to_dict(view, viewstore.registered_names())})
+    view = toolviewstore.save(edit.name, edit.description, edit.include, edit.exclude)
+    return JsonResponse({"ok": True, "view": toolviewstore.to_dict(view, toolviewstore.registered_names())})
 
 
 @api_view(("POST",))
 def views_remove(request: ApiRequest) -> JsonResponse:
-    if not viewstore.remove(ViewRef.check(json_body(request)).name):
+    if not toolviewstore.remove(ViewRef.check(json_body(request)).name):
         raise ApiError("view not found", 404)
     return JsonResponse({"ok": True})
 
@@ -351,11 +352,12 @@ async def claude_code_hook(request: ApiRequest) -> JsonResponse:
     the one call path (rules, grants, allowances, inbox), held until decided or `wait` seconds;
     then the event's JSON. Nobody deciding in time cancels the prompt: Claude Code asks at the
     terminal instead."""
-    from .. import calls, db, hooks
+    from .. import calls, db
+    from . import claude_hooks
 
     body = _hook_body(request)
     try:
-        wait = hooks.wait_seconds(request.GET.get("wait"))
+        wait = claude_hooks.wait_seconds(request.GET.get("wait"))
     except ValueError as exc:
         raise ApiError(str(exc)) from None
     token = request.api_token
@@ -379,10 +381,10 @@ async def claude_code_hook(request: ApiRequest) -> JsonResponse:
     if ended is None or not ended.ended:
         # Nobody decided in time (or Claude Code gave up): the prompt leaves the inbox.
         timed_out = await db.run(
-            calls.finish, call.id, "cancelled", hooks.timed_out_text(wait), decided_at=timezone.now()
+            calls.finish, call.id, "cancelled", claude_hooks.timed_out_text(wait), decided_at=timezone.now()
         )
         await calls.announce(str(call.id))
         ended = await calls.get(call.id)
     if ended is None:
         return JsonResponse({})
-    return JsonResponse(hooks.answer(body.hook_event_name, ended, wait, timed_out))
+    return JsonResponse(claude_hooks.answer(body.hook_event_name, ended, wait, timed_out))

@@ -22,8 +22,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .. import cache, calls, db, names, viewstore
+from .. import calls, db, names, toolviewstore
 from ..choices import CallStatus, Mode, ServerState, Via
+from ..db import cache
 from ..instructions import instructions_block
 from ..models import ApiToken, Server, Tool, ToolCall
 from ..schemas import PromptArguments, json_schema
@@ -79,7 +80,7 @@ def within(endpoint: str) -> Callable[[str], bool] | None:
     view = view_name(endpoint)
     if view is None:
         return None
-    return viewstore.selection_of(view) or (lambda registered: False)
+    return toolviewstore.selection_of(view) or (lambda registered: False)
 
 
 def visible_for(endpoint: str, token: ApiToken | None) -> Callable[[str], bool] | None:
@@ -99,8 +100,10 @@ def endpoint_tools(endpoint: str, token: ApiToken | None, connected_only: bool =
         rows = rows.filter(server__enabled=True, server__state=ServerState.CONNECTED)
     view = view_name(endpoint)
     # A view's tools are read by its patterns, not picked out of every tool.
-    rows = viewstore.prefilter(rows, cache.scope(token), viewstore.selection_of(view) if view else None)
-    return viewstore.narrow(
+    rows = toolviewstore.prefilter(
+        rows, cache.scope(token), toolviewstore.selection_of(view) if view else None
+    )
+    return toolviewstore.narrow(
         rows.order_by("server__name", "position", "tool_name"), visible_for(endpoint, token)
     )
 
@@ -150,14 +153,14 @@ def find_tool(endpoint: str, name: str, token: ApiToken | None) -> Tool | None:
     server = server_of(endpoint)
     if server is not None:
         registered = names.registered_name(server, name)
-        if not viewstore.holds(visible, registered):
+        if not toolviewstore.holds(visible, registered):
             return None
         return rows.filter(server__name=server, tool_name=name).first()
     first, sep, tool = name.partition(names.SEP)
     if (
         sep
         and names.is_valid_server_name(first)
-        and viewstore.holds(visible, names.registered_name(first, tool))
+        and toolviewstore.holds(visible, names.registered_name(first, tool))
     ):
         hit = rows.filter(server__name=first, tool_name=tool).first()
         if hit is not None and exposed(hit, ALL) == name:

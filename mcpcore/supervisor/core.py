@@ -26,8 +26,7 @@ from django.utils import timezone
 
 from .. import calls, control, db, files, notify, retention
 from ..models import Server, Worker
-from . import oauth as upstream
-from . import runner
+from . import runner, upstream
 from .session import ServerSession
 
 log = logging.getLogger("mcpcore.supervisor")

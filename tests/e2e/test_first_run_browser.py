@@ -16,7 +16,7 @@ import sqlite3
 import pytest
 from playwright.sync_api import Page, expect
 
-import mcpcore.urls
+import mcpcore.web.urls
 from tests.e2e import a11y
 from tests.e2e.browser import answer, call_in_background, console_with_user, shoot_into, sign_in
 from tests.live import ROOT
@@ -337,7 +337,7 @@ def test_it_passes_axe_and_the_tab_walk_on_every_other_page(page, console, agent
     seen(page, "servers", "two servers, one in error")
     shoot(page, "10-servers-more")
 
-    names = {p.name for p in mcpcore.urls.urlpatterns}
+    names = {p.name for p in mcpcore.web.urls.urlpatterns}
     missing = names - set(PAGES_SEEN) - set(ACTIONS)
     assert not missing, f"pages of mcpcore/urls.py nobody checked: {sorted(missing)}"
     assert not set(ACTIONS) - names, "ACTIONS names a page that no longer exists"

@@ -8,11 +8,11 @@ terminal when nobody decided in the console in time.
 
 from typing import TYPE_CHECKING
 
-from .choices import CallStatus
-from .schemas import HOOK_EVENTS, PERMISSION_REQUEST, PRE_TOOL_USE
+from ..choices import CallStatus
+from ..schemas import HOOK_EVENTS, PERMISSION_REQUEST, PRE_TOOL_USE
 
 if TYPE_CHECKING:  # only its fields are read: this module stays below the database layer
-    from .models import ToolCall
+    from ..models import ToolCall
 
 EVENTS = HOOK_EVENTS
 ABORTED = "user stopped"

@@ -5,7 +5,7 @@ import logging
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from . import control
+from .. import control
 
 log = logging.getLogger("mcpcore.live")
 

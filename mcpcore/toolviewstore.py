@@ -13,7 +13,8 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from . import cache, control, toolviews
+from . import control, toolviews
+from .db import cache
 from .models import ApiToken, Tool, View
 
 Visible = Callable[[str], bool] | None  # None: everything

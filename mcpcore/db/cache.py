@@ -20,7 +20,7 @@ in tests that roll back, every lookup queries.
 
 import time
 
-from . import db
+from .. import db
 
 _kept: dict[tuple[str, str], tuple[int, object]] = {}
 _MAX = 10_000  # entries; past that everything is dropped and read again
@@ -56,7 +56,7 @@ def _through(kind: str, key: str, load):
 
 def token(token_hash: str):
     """The live (not revoked) ApiToken with this hash, or None."""
-    from .models import ApiToken
+    from ..models import ApiToken
 
     return _through(
         "token",
@@ -67,7 +67,7 @@ def token(token_hash: str):
 
 def tool(registered_name: str):
     """The Tool with this registered name, its server loaded, or None."""
-    from .models import Tool
+    from ..models import Tool
 
     return _through(
         "tool",
@@ -78,7 +78,7 @@ def tool(registered_name: str):
 
 def pin(registered_name: str) -> str:
     """The pinned digest of a tool, `""` when it has none (SPEC 14.1)."""
-    from .models import ToolPin
+    from ..models import ToolPin
 
     return _through(
         "pin",
@@ -92,7 +92,7 @@ def pin(registered_name: str) -> str:
 
 def view(name: str):
     """The View of this name, or None."""
-    from .models import View
+    from ..models import View
 
     return _through("view", name, lambda: View.objects.filter(name=name).first())
 
@@ -102,8 +102,8 @@ def scope(token):
     (or no token: a person in the browser), with no query."""
     if token is None or not token.view_limited:
         return None
-    from .models import View
-    from .toolviews import Scope
+    from ..models import View
+    from ..toolviews import Scope
 
     def load():
         rows = View.objects.filter(tokens=token.pk).order_by("name")
@@ -114,7 +114,7 @@ def scope(token):
 
 def server_exists(name: str) -> bool:
     """Whether a server of this name is configured (`/mcp/<server>` asks on every request)."""
-    from .models import Server
+    from ..models import Server
 
     return _through("server", name, lambda: Server.objects.filter(name=name).exists())
 

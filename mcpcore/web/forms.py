@@ -7,9 +7,9 @@ from typing import Any
 
 from django import forms
 
-from . import files, schemas, serverconfig
-from .choices import CallDecision, CallStatus, TokenRole, Transport
-from .models import SECRET_MASK, View
+from .. import files, schemas, serverconfig
+from ..choices import CallDecision, CallStatus, TokenRole, Transport
+from ..models import SECRET_MASK, View
 
 TRANSPORT_CHOICES = [
     (Transport.STDIO, "stdio (a command)"),
@@ -130,7 +130,7 @@ class ServerForm(forms.Form):
         env = env if isinstance(env, dict) else {}
         headers = headers if isinstance(headers, dict) else {}
         args = args if isinstance(args, list) else []
-        from .models import transport_of
+        from ..models import transport_of
 
         return {
             "name": name,

@@ -13,9 +13,9 @@ import functools
 
 from django.db import connections, models
 
-from . import db
-from .choices import CALL_LIVE
-from .models import ToolCall
+from .. import db
+from ..choices import CALL_LIVE
+from ..models import ToolCall
 
 _FIELDS = ToolCall._meta.concrete_fields
 _BY_NAME = {f.name: f for f in _FIELDS} | {f.attname: f for f in _FIELDS}

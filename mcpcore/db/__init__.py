@@ -14,7 +14,7 @@ answered only after that commit.
 With SQLite, `write` first tries the event loop's own thread (`_LoopSQLite`): the writes queued
 in one turn of the loop run there in one transaction on a connection of the loop's, which never
 waits for a lock. A hand-off to a thread and back costs more than the statements of a call, and
-most calls need nothing else: their token, tool and pin come from `mcpcore.cache`, and their
+most calls need nothing else: their token, tool and pin come from `mcpcore.db.cache`, and their
 statements go through `sql()`. A write that needs the ORM (Django refuses it on the loop's
 thread), or finds another connection writing, goes to the database thread as before.
 """

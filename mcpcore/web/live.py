@@ -15,9 +15,9 @@ from django.db.models import Count
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from . import oauth
-from .choices import CallStatus
-from .models import Server, SessionAllowance, ToolCall
+from .. import oauth
+from ..choices import CallStatus
+from ..models import Server, SessionAllowance, ToolCall
 
 PENDING_SHOWN = 200  # the list and the badge stop counting here ("200+")
 
