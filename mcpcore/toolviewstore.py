@@ -107,7 +107,7 @@ def listing(token: ApiToken | None = None) -> list[dict]:
     return [to_dict(v, names) for v in rows]
 
 
-def known_views(names: Iterable[str]) -> tuple[list[View], list[str]]:
+def known_toolviews(names: Iterable[str]) -> tuple[list[View], list[str]]:
     """The views of these names, and the names that are no view."""
     wanted = list(dict.fromkeys(n.strip() for n in names if n.strip()))
     found = {v.name: v for v in View.objects.filter(name__in=wanted)}
@@ -115,5 +115,5 @@ def known_views(names: Iterable[str]) -> tuple[list[View], list[str]]:
 
 
 def selection_of(name: str) -> toolviews.Selection | None:
-    view = cache.view(name)
+    view = cache.toolview(name)
     return None if view is None else view.selection()

@@ -1,6 +1,6 @@
 """The MCP SDK's own client and the TypeScript SDK's (tests/mcp_ts_client.mjs) against a live
 console's MCP endpoints, and the inbox reads the tests that drive them share
-(tests/test_mcp_endpoint.py, tests/test_approval_doors.py, tests/test_tool_views_live.py)."""
+(tests/test_mcp_endpoint.py, tests/test_approval_doors.py, tests/test_toolviews_live.py)."""
 
 import json
 import queue

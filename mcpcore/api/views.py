@@ -136,7 +136,7 @@ def mcp_instructions(request: ApiRequest) -> JsonResponse:
 
 
 @api_view(("GET", "POST"))
-def views_view(request: ApiRequest) -> JsonResponse:
+def toolviews_view(request: ApiRequest) -> JsonResponse:
     if request.method == "GET":
         return JsonResponse({"views": toolviewstore.listing(request.api_token)})
     edit = ViewEdit.check(json_body(request))
@@ -145,7 +145,7 @@ def views_view(request: ApiRequest) -> JsonResponse:
 
 
 @api_view(("POST",))
-def views_remove(request: ApiRequest) -> JsonResponse:
+def toolviews_remove(request: ApiRequest) -> JsonResponse:
     if not toolviewstore.remove(ViewRef.check(json_body(request)).name):
         raise ApiError("view not found", 404)
     return JsonResponse({"ok": True})

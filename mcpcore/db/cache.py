@@ -90,7 +90,7 @@ def pin(registered_name: str) -> str:
     )
 
 
-def view(name: str):
+def toolview(name: str):
     """The View of this name, or None."""
     from ..models import View
 

@@ -61,7 +61,7 @@ def text_result(text: str, is_error: bool) -> dict:
     return {"content": [{"type": "text", "text": text}], "isError": is_error}
 
 
-def view_name(endpoint: str) -> str | None:
+def toolview_name(endpoint: str) -> str | None:
     """The view of a `v/<view>` endpoint, else None."""
     return endpoint[len(VIEW) :] if endpoint.startswith(VIEW) else None
 
@@ -77,7 +77,7 @@ def server_of(endpoint: str) -> str | None:
 def within(endpoint: str) -> Callable[[str], bool] | None:
     """The endpoint's own narrowing: its view's selection on `v/<view>` (nothing in it when the
     view is gone), else None."""
-    view = view_name(endpoint)
+    view = toolview_name(endpoint)
     if view is None:
         return None
     return toolviewstore.selection_of(view) or (lambda registered: False)
@@ -98,7 +98,7 @@ def endpoint_tools(endpoint: str, token: ApiToken | None, connected_only: bool =
         rows = rows.filter(server__name=server)
     if connected_only:
         rows = rows.filter(server__enabled=True, server__state=ServerState.CONNECTED)
-    view = view_name(endpoint)
+    view = toolview_name(endpoint)
     # A view's tools are read by its patterns, not picked out of every tool.
     rows = toolviewstore.prefilter(
         rows, cache.scope(token), toolviewstore.selection_of(view) if view else None
@@ -181,9 +181,9 @@ def admits(endpoint: str | None, token: ApiToken) -> bool:
     if endpoint in (ALL, PERMISSION):
         return True
     scope = cache.scope(token)
-    view = view_name(endpoint)
+    view = toolview_name(endpoint)
     if view is not None:
-        return cache.view(view) is not None and (scope is None or view in scope.views)
+        return cache.toolview(view) is not None and (scope is None or view in scope.views)
     if not cache.server_exists(endpoint):
         return False
     if scope is None:
@@ -208,7 +208,7 @@ def instructions_for(endpoint: str, token: ApiToken | None) -> str:
         servers = {server for server, registered in rows if visible(registered)}
         pairs = [(n, t) for n, t in pairs if n in servers]
     block = instructions_block(pairs)
-    view = cache.view(view_name(endpoint) or "") if endpoint.startswith(VIEW) else None
+    view = cache.toolview(toolview_name(endpoint) or "") if endpoint.startswith(VIEW) else None
     description = view.description.strip() if view is not None else ""
     return "\n\n".join(part for part in (description, block) if part)
 

@@ -487,7 +487,7 @@ def pattern_lines(text: str) -> list[str]:
     return [line.strip() for line in text.replace("\r\n", "\n").split("\n") if line.strip()]
 
 
-def view_rows() -> list[dict]:
+def toolview_rows() -> list[dict]:
     """Every view as `GET /v1/views` lists it, plus the tokens limited to it."""
     tokens: dict[str, list[str]] = {}
     for view, token in ApiToken.views.through.objects.filter(apitoken__revoked_at__isnull=True).values_list(

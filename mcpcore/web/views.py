@@ -97,9 +97,9 @@ from .display import (
     token_rows,
     tool_card,
     tool_parts,
+    toolview_rows,
     trust_context,
     trust_message,
-    view_rows,
 )
 
 LINK_GONE = "this link is no longer valid"
@@ -718,7 +718,7 @@ def rules_page(request: HtmxRequest) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "HEAD", "POST"])
-def views_page(request: HtmxRequest) -> HttpResponse:
+def toolviews_page(request: HtmxRequest) -> HttpResponse:
     """Views (SPEC 19): each with its patterns and the tools in it now; a form that creates
     or replaces one (`?edit=<name>` fills it with that view). A bad name or pattern is
     refused with the API's message, nothing saved."""
@@ -748,13 +748,13 @@ def views_page(request: HtmxRequest) -> HttpResponse:
             "include": "\n".join(editing.include) if editing else "",
             "exclude": "\n".join(editing.exclude) if editing else "",
         }
-    context = {"views": view_rows(), "form": form, "save_error": save_error, "editing": bool(form["name"])}
-    return render(request, "mcpcore/views.html", context, status=status)
+    context = {"views": toolview_rows(), "form": form, "save_error": save_error, "editing": bool(form["name"])}
+    return render(request, "mcpcore/toolviews.html", context, status=status)
 
 
 @login_required
 @require_POST
-def view_remove(request: HtmxRequest, name: str) -> HttpResponse:
+def toolview_remove(request: HtmxRequest, name: str) -> HttpResponse:
     if toolviewstore.remove(name):
         messages.success(request, f"Removed view {name}; the tokens limited to it no longer see its tools.")
     return redirect("views")

@@ -28,7 +28,7 @@ class Command(BaseCommand):
     def handle(self, name, role, no_auto, views, **options):
         limited = None
         if views is not None:
-            limited, unknown = toolviewstore.known_views(views)
+            limited, unknown = toolviewstore.known_toolviews(views)
             if unknown:
                 raise CommandError(f"unknown view: {', '.join(unknown)}")
         _, token = ApiToken.issue(name, may_auto=not no_auto, role=role, views=limited)

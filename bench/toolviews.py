@@ -13,7 +13,7 @@ import time
 from bench.common import Figure, console, many_server, ms, percentile
 from bench.rawhttp import MODERN, McpError, RawHttp, RawMcp
 
-NAME = "views"
+NAME = "toolviews"
 SERVERS = 10
 TOOLS = 1_000  # per server: tool_000 ... tool_998 and bump
 VIEW = "hundred"
