@@ -49,7 +49,7 @@ async def _with_lane_held(lane, jobs):
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_it_commits_queued_writes_in_one_transaction_and_answers_after_the_commit():
-    lane = db._Lane("test-db")
+    lane = db._lane.Lane("test-db")
     made = [_new_call(f"n{i}") for i in range(20)]
     outcomes = await _with_lane_held(lane, [(lambda c=c: _insert(c), True) for c in made])
     assert len(set(outcomes)) == 1  # one transaction for the twenty
@@ -60,7 +60,7 @@ async def test_it_commits_queued_writes_in_one_transaction_and_answers_after_the
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_it_runs_each_write_alone_when_one_of_a_batch_fails_with_a_database_error():
-    lane = db._Lane("test-db")
+    lane = db._lane.Lane("test-db")
     first, second = _new_call("a"), _new_call("b")
     twin = _new_call("twin")
     twin.id = first.id  # the same primary key: the INSERT fails
@@ -82,12 +82,12 @@ async def test_it_runs_each_write_alone_when_one_of_a_batch_fails_with_a_databas
     assert (await ToolCall.objects.aget(id=first.id)).arguments == {"t": "a"}
 
 
-# --- writes on the event loop's own SQLite connection (`db._LoopSQLite`) ----------------------
+# --- writes on the event loop's own SQLite connection (`db._loop.LoopSQLite`) ----------------------
 
 
-def _loop_sqlite() -> tuple["db._LoopSQLite", "db._Lane"]:
-    lane = db._Lane("test-db")
-    return db._LoopSQLite(str(connection.settings_dict["NAME"]), lane), lane
+def _loop_sqlite() -> tuple["db._loop.LoopSQLite", "db._lane.Lane"]:
+    lane = db._lane.Lane("test-db")
+    return db._loop.LoopSQLite(str(connection.settings_dict["NAME"]), lane), lane
 
 
 def _stored_elsewhere(call_id) -> bool:
@@ -229,8 +229,8 @@ async def test_it_keeps_the_log_bounded_while_the_loop_keeps_writing(monkeypatch
         own.execute("PRAGMA journal_mode=WAL")
         for statement in schema:
             own.execute(statement)
-    loop_sqlite = db._LoopSQLite(path, db._Lane("test-db"))
-    monkeypatch.setattr(db._LoopSQLite, "CHECKPOINT_EVERY", 20)
+    loop_sqlite = db._loop.LoopSQLite(path, db._lane.Lane("test-db"))
+    monkeypatch.setattr(db._loop.LoopSQLite, "CHECKPOINT_EVERY", 20)
     sizes = []
     for round_ in range(10):
         for i in range(30):  # one commit each: a turn of the loop apiece
@@ -250,7 +250,7 @@ async def test_it_keeps_the_log_bounded_while_the_loop_keeps_writing(monkeypatch
 @pytest.mark.django_db(transaction=True)
 async def test_it_does_not_hold_writes_off_while_a_long_read_keeps_the_log_in_use(monkeypatch):
     loop_sqlite, _lane = _loop_sqlite()
-    monkeypatch.setattr(db._LoopSQLite, "CHECKPOINT_EVERY", 5)
+    monkeypatch.setattr(db._loop.LoopSQLite, "CHECKPOINT_EVERY", 5)
     first = _new_call("first")
     await loop_sqlite.submit(lambda: _insert_here(first))
     with contextlib.closing(

@@ -86,12 +86,12 @@ def test_it_reads_a_calls_status_as_stored_and_none_for_no_call():
 @pytest.mark.django_db(transaction=True)
 async def test_it_stores_the_same_row_through_the_loops_own_connection():
     token = await ApiToken.objects.acreate(name="a", token_hash="h", role="agent")
-    writes = db._LoopSQLite(str(connection.settings_dict["NAME"]), db._Lane("test-db"))
+    writes = db._loop.LoopSQLite(str(connection.settings_dict["NAME"]), db._lane.Lane("test-db"))
     ours, theirs = callsql.new(**_fields(token)), ToolCall(**_fields(token))
     ended = {"status": "error", "result": "no", "ended_at": timezone.now(), "is_error": True}
 
     def on_the_loop():
-        assert db._here.get() is not None  # this job did run on the loop's connection
+        assert db._loop.connection_here.get() is not None  # this job did run on the loop's connection
         callsql.insert(ours)
         return callsql.end(ours.id, ended)
 
