@@ -2,6 +2,7 @@
 $AGENVOY_HOME and token, talked to over HTTP like any agent would."""
 
 import contextlib
+import datetime
 import hashlib
 import json
 import os
@@ -15,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import httpx2
@@ -410,3 +412,62 @@ def at_once(clients: list, body: dict) -> list:
     for t in threads:
         t.join(60)
     return answers
+
+
+# --- call rows written straight into a console's SQLite file --------------------------------------
+
+CALL_COLUMNS = (
+    "id", "kind", "confirm_id", "session_id", "tool_name", "server_name", "tool", "arguments",
+    "mode", "token_id", "requested_by", "status", "decision", "decided_by", "decided_at", "reason",
+    "created_at", "expires_at", "started_at", "ended_at", "worker", "result",
+    "is_error", "truncated", "result_bytes", "raw_result", "raw_truncated", "rule",
+    "definition_changed", "notified", "via", "cwd", "native_result",
+)  # fmt: skip
+_CALL_DEFAULTS = {
+    "kind": "tool_confirm", "confirm_id": None, "session_id": "s-1", "tool_name": "mcp__srv__tool",
+    "server_name": "srv", "tool": "tool", "arguments": {}, "mode": "auto", "token_id": None,
+    "requested_by": "tests", "status": "done", "decision": "auto", "decided_by": "", "decided_at": None,
+    "reason": "", "expires_at": None, "started_at": None, "ended_at": None, "worker": "",
+    "result": "", "is_error": False, "truncated": False, "result_bytes": 0, "raw_result": "",
+    "raw_truncated": False, "rule": "", "definition_changed": False, "notified": 2, "via": "rest",
+    "cwd": "", "native_result": None,
+}  # fmt: skip
+_CALL_INSERT = (
+    f"INSERT INTO mcpcore_toolcall ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
+)
+
+
+def _sqlite_value(v):
+    if isinstance(v, uuid.UUID):
+        return v.hex
+    if isinstance(v, datetime.datetime):
+        return v.astimezone(datetime.UTC).replace(tzinfo=None).isoformat(" ")
+    if isinstance(v, (dict, list)):
+        return json.dumps(v)
+    if isinstance(v, bool):
+        return int(v)
+    return v
+
+
+def call_row(created_at: datetime.datetime, **fields) -> tuple:
+    """One call row created at `created_at`, as Django stores it on SQLite (for many calls, or
+    calls of another time, faster than the ORM makes them); an ended status gets its times filled in."""
+    values = {**_CALL_DEFAULTS, "id": uuid.uuid4(), "created_at": created_at, **fields}
+    if values["status"] not in ("pending", "running"):
+        values.setdefault("started_at", None)
+        values["started_at"] = values["started_at"] or created_at
+        values["ended_at"] = values["ended_at"] or created_at + datetime.timedelta(milliseconds=5)
+    if values["status"] == "pending" and values["confirm_id"] is None:
+        values["confirm_id"] = uuid.uuid4()
+        values["decision"] = ""
+    return tuple(_sqlite_value(values[c]) for c in CALL_COLUMNS)
+
+
+def insert_call_rows(db_path: Path, rows) -> None:
+    """Write call rows (from `call_row`) into a console's SQLite file in one transaction."""
+    conn = sqlite3.connect(db_path)
+    try:
+        with conn:
+            conn.executemany(_CALL_INSERT, rows)
+    finally:
+        conn.close()

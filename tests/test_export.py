@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from mcpcore.choices import TokenRole
 from mcpcore.models import ApiToken, ToolCall
-from tests import sqlrows as rows
+from tests.live import call_row, insert_call_rows
 
 T0 = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
 HEADER = "call_id,created_at,server,tool,status,decision,decided_by,token,session_id,duration_ms,arguments"
@@ -171,10 +171,10 @@ def test_it_exports_100000_calls_from_serve_in_bounded_memory(console):
     con = console({}, start=False)
     start = timezone.now() - datetime.timedelta(days=1)
     result = "r" * 1000  # 1 kB each: the export (with results) is over 100 MB
-    rows.insert(
+    insert_call_rows(
         con.data / "db.sqlite3",
         (
-            rows.row(start + datetime.timedelta(milliseconds=i), arguments={"i": i}, result=result)
+            call_row(start + datetime.timedelta(milliseconds=i), arguments={"i": i}, result=result)
             for i in range(CALLS)
         ),
     )

@@ -11,12 +11,11 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
-from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from .. import db, schemas
+from ..bearer import authenticate
 from ..choices import TokenRole
-from ..db import cache
 from ..models import ApiToken, ToolCall
 
 log = logging.getLogger("mcpcore.api")
@@ -46,25 +45,6 @@ def error(message: str, status: int) -> JsonResponse:
 
 def _token_of(request: HttpRequest) -> ApiToken | None:
     return authenticate(request.headers.get("Authorization", ""))
-
-
-def authenticate(authorization_header_value: str | None) -> ApiToken | None:
-    """The live (not revoked) token named by an `Authorization: Bearer <token>` value, or None.
-
-    Sync (it reads the database): call it from async code through `mcpcore.db` (`read`, or
-    within a `write` job). Shared by `/v1` and the console's MCP endpoints, so both accept
-    exactly the same tokens."""
-    scheme, _, value = (authorization_header_value or "").partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        return None
-    token = cache.token(ApiToken.hash(value.strip()))  # a revoked token is never served from it
-    if token is not None:
-        now = timezone.now()
-        # Touch last_used at most once a minute: a write per call would cost throughput.
-        if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-            token.last_used_at = now  # the kept copy too (the column is not watched)
-    return token
 
 
 def _reject_constant(name: str):

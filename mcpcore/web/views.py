@@ -748,7 +748,12 @@ def toolviews_page(request: HtmxRequest) -> HttpResponse:
             "include": "\n".join(editing.include) if editing else "",
             "exclude": "\n".join(editing.exclude) if editing else "",
         }
-    context = {"views": toolview_rows(), "form": form, "save_error": save_error, "editing": bool(form["name"])}
+    context = {
+        "views": toolview_rows(),
+        "form": form,
+        "save_error": save_error,
+        "editing": bool(form["name"]),
+    }
     return render(request, "mcpcore/toolviews.html", context, status=status)
 
 
