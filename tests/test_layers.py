@@ -259,17 +259,36 @@ def top_level_problems(found: dict[str, Path]) -> list[str]:
     return problems
 
 
+def defined(path: Path) -> set[str]:
+    """The names a module defines at its top level (functions, classes, assignments, imports)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.If, ast.Try)):
+            names |= {
+                n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            }
+    return names
+
+
 def unresolved(found: dict[str, Path], product: dict[str, Path], root: Path = ROOT) -> list[str]:
     """Imports of `mcpcore`, `agenvoy_site` or `tests` modules that do not exist (a stale path
     after a move)."""
-    known = set(product) | set(found)
+    paths = {**product, **found}
+    known = set(paths)
     problems = []
     for name, path in sorted(found.items()):
         for target, line in imported(name, path):
             if not target.startswith(("mcpcore.", "agenvoy_site.", "tests.")) or target in known:
                 continue
-            parent = target.rsplit(".", 1)[0]
-            if parent in known:  # a name from a module, not a module
+            parent, _, last = target.rpartition(".")
+            if parent in known and last in defined(paths[parent]):  # a name from a module
                 continue
             problems.append(f"{path.relative_to(root)}:{line}: {name} imports {target}, which does not exist")
     return sorted(set(problems))
