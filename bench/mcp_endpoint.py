@@ -51,7 +51,7 @@ CLIENTS = ("sdk", "raw")
 
 @contextlib.contextmanager
 def echo_over_http():
-    """tests/mcpservers/echo.py on streamable HTTP (the SDK's server under uvicorn)."""
+    """tests/servers/echo.py on streamable HTTP (the SDK's server under uvicorn)."""
     from tests.live import free_port
 
     port = free_port()

@@ -23,8 +23,8 @@ import httpx2
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
-SERVERS = ROOT / "tests" / "mcpservers"
-EVERYTHING = ROOT / "servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+SERVERS = ROOT / "tests" / "servers"
+EVERYTHING = ROOT / "tests/servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 TIME_SERVER = ROOT / ".venv-servers/bin/mcp-server-time"
 _TEMPLATE: Path | None = None
 
@@ -36,7 +36,7 @@ def free_port() -> int:
 
 
 def our_server(script: str, *args: str, env: dict | None = None) -> dict:
-    """An mcp.json entry for one of our test servers under tests/mcpservers."""
+    """An mcp.json entry for one of our test servers under tests/servers."""
     entry = {"command": PYTHON, "args": [str(SERVERS / script), *args]}
     if env:
         entry["env"] = env

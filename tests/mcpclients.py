@@ -1,6 +1,6 @@
 """The MCP SDK's own client and the TypeScript SDK's (tests/mcp_ts_client.mjs) against a live
 console's MCP endpoints, and the inbox reads the tests that drive them share
-(tests/test_mcp_endpoint.py, tests/test_approval_doors.py, tests/test_toolviews_live.py)."""
+(tests/mcpserver/test_endpoint.py, tests/mcpserver/test_approval_doors.py, tests/mcpserver/test_toolviews_live.py)."""
 
 import json
 import queue
@@ -71,7 +71,7 @@ async def until_told(url: str, token: str, mode: str, change) -> tuple[set[str],
 
 
 def grow_tool(c, name: str) -> None:
-    """Have the `dyn` test server (tests/mcpservers/dynamic.py) register a tool `name` now."""
+    """Have the `dyn` test server (tests/servers/dynamic.py) register a tool `name` now."""
     r = c.call("mcp__dyn__add_tool", {"name": name}, mode="auto")
     assert r.status_code == 200 and r.json()["status"] == "done", r.text
 

@@ -2,7 +2,7 @@
 holds, `GET/POST /v1/views` and `/v1/views/remove`, tokens limited to views on the `/v1`
 doors (tools, calls, instructions, status), `create_token --view`, the Views page and the
 Tokens page's select and snippets. The MCP endpoints with real clients:
-tests/test_toolviews_live.py."""
+tests/mcpserver/test_toolviews_live.py."""
 
 import html as htmllib
 import io

@@ -101,7 +101,7 @@ def admin_only(what: str) -> Right:
 _ANY_METHOD = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 # The one table of who may do what, keyed by (URL name, method). A `/v1` route without an
-# entry answers 403 to every token (and fails tests/test_roles.py): add its rule here.
+# entry answers 403 to every token (and fails tests/api/test_roles.py): add its rule here.
 RIGHTS: dict[tuple[str, str], Right] = {
     ("api-mcp-tools", "GET"): ANY,
     ("api-mcp-status", "GET"): ANY,

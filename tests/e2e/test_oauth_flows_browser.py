@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.browser import console_with_user, sign_in
 from tests.live import wait_until
-from tests.oauthlab.run import Lab
+from tests.servers.oauthlab.run import Lab
 
 pytestmark = pytest.mark.e2e
 

@@ -33,7 +33,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tests.oauthlab.provider import LabProvider
+from tests.servers.oauthlab.provider import LabProvider
 
 SCOPES = ["lab.read", "lab.write"]
 REQUIRED_SCOPES = ["lab.read"]

@@ -1,4 +1,4 @@
-"""Running the lab from a test: `Lab(folder, ...).start()` starts `python -m tests.oauthlab` on a
+"""Running the lab from a test: `Lab(folder, ...).start()` starts `python -m tests.servers.oauthlab` on a
 free port and waits (bounded) for its ready line; `stop()` ends it, `start()` again restarts it on
 the same port with the same state file (clients and tokens kept). The `/_lab/` controls as methods.
 
@@ -61,7 +61,7 @@ class Lab:
         args = [
             PYTHON,
             "-m",
-            "tests.oauthlab",
+            "tests.servers.oauthlab",
             "--port",
             str(self.port),
             "--access-ttl",

@@ -1,7 +1,7 @@
 """Test server for pinned definitions and argument rules (SPEC 14): a tool whose description
 changes on request, announced with `list_changed`, and a tool that leaves proof that it ran.
 
-    python tests/mcpservers/rugpull.py        (stdio)
+    python tests/servers/rugpull.py        (stdio)
     RUGPULL_LOG=/path ...                      `write_file` appends one line per run there
     RUGPULL_STATE=/path ...                    `read_notes`'s description is kept there, so a
                                                restarted server still gives the changed one
@@ -9,7 +9,7 @@ changes on request, announced with `list_changed`, and a tool that leaves proof 
 Tools:
 - `read_notes()`: its description is `Read the notes.` until `change` is called;
 - `change(description)`: gives `read_notes` that description and announces the change (both
-  protocol eras, as tests/mcpservers/dynamic.py does);
+  protocol eras, as tests/servers/dynamic.py does);
 - `write_file(path, text)`: pretends to write; appends `<path>` to $RUGPULL_LOG, so a test can
   prove a call ran or did not;
 - `set_flag(flag, level)`: echoes its arguments (for rules on non-string values).

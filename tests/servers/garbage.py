@@ -1,6 +1,6 @@
 """Test server that prints non-JSON lines on stdout instead of speaking MCP.
 
-python tests/mcpservers/garbage.py           prints a few lines, then exits
+python tests/servers/garbage.py           prints a few lines, then exits
 GARBAGE_FOREVER=1 ...                        keeps printing a line every 0.1 s
 """
 

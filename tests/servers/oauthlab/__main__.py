@@ -1,4 +1,4 @@
-"""`python -m tests.oauthlab --port P [--access-ttl SECONDS] [--client ID:SECRET[:post]] [--state FILE]`:
+"""`python -m tests.servers.oauthlab --port P [--access-ttl SECONDS] [--client ID:SECRET[:post]] [--state FILE]`:
 the lab on 127.0.0.1:P (0 picks a free port), printing `oauthlab ready http://127.0.0.1:P` once
 it accepts connections."""
 
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import uvicorn
 
-from tests.oauthlab.app import SCOPES, build
-from tests.oauthlab.provider import LabProvider, client_credentials_client
+from tests.servers.oauthlab.app import SCOPES, build
+from tests.servers.oauthlab.provider import LabProvider, client_credentials_client
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.oauthlab")
+    parser = argparse.ArgumentParser(prog="python -m tests.servers.oauthlab")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--access-ttl", type=int, default=3600, help="access token lifetime, seconds")
     parser.add_argument(

@@ -2,12 +2,12 @@
 
 Built from the SDK's own server side: its authorization routes (`create_auth_routes`, through
 `MCPServer(auth=..., auth_server_provider=...)`), the `OAuthAuthorizationServerProvider` protocol
-(tests/oauthlab/provider.py), its bearer middleware and protected resource metadata. What the SDK
+(tests/servers/oauthlab/provider.py), its bearer middleware and protected resource metadata. What the SDK
 lacks is added beside it, never patched in: a consent page, the `client_credentials` grant (a
 route in front of the SDK's token route that hands every other grant to the SDK's handler) and
-plain JSON test controls under `/_lab/` (tests/oauthlab/app.py).
+plain JSON test controls under `/_lab/` (tests/servers/oauthlab/app.py).
 
-    python -m tests.oauthlab --port P [--access-ttl SECONDS] [--client ID:SECRET[:post]] [--state FILE]
+    python -m tests.servers.oauthlab --port P [--access-ttl SECONDS] [--client ID:SECRET[:post]] [--state FILE]
 
-prints `oauthlab ready <url>` once it listens. tests/oauthlab/run.py starts and stops it for tests.
+prints `oauthlab ready <url>` once it listens. tests/servers/oauthlab/run.py starts and stops it for tests.
 """

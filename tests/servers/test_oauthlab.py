@@ -1,4 +1,4 @@
-"""The OAuth lab (tests/oauthlab/) on its own, driven by the SDK's client side with no console:
+"""The OAuth lab (tests/servers/oauthlab/) on its own, driven by the SDK's client side with no console:
 the authorization-code flow through the consent page, the tool seeing the client's token,
 refresh-token rotation, client credentials, and the test switches the console's tests rely on."""
 
@@ -21,8 +21,8 @@ from mcp.shared.auth import (
 )
 
 from tests.live import wait_until
-from tests.oauthlab.app import fingerprint
-from tests.oauthlab.run import Lab
+from tests.servers.oauthlab.app import fingerprint
+from tests.servers.oauthlab.run import Lab
 
 REDIRECT = "http://127.0.0.1:1/oauth/callback"  # never fetched: the test reads the redirect itself
 MACHINE = ("machine", "machine-secret-123")

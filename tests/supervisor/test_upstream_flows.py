@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.live import signed_in, wait_until
-from tests.oauthlab.run import Lab
+from tests.servers.oauthlab.run import Lab
 
 pytestmark = pytest.mark.live
 

@@ -8,7 +8,7 @@ What it does that a test looks at:
 - `stats` counts authorizations, code exchanges, refreshes, client-credentials grants,
   registrations, and refusals by their OAuth error code;
 - `fail_refreshes` makes the next N refreshes fail `invalid_grant` (-1: until set to 0), and
-  `token_garbage` makes the token endpoint answer an HTML page or a 500 (tests/oauthlab/app.py).
+  `token_garbage` makes the token endpoint answer an HTML page or a 500 (tests/servers/oauthlab/app.py).
 Refusals at the token endpoint are counted there, from the answer the SDK's handler gave.
 """
 

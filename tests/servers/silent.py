@@ -1,6 +1,6 @@
 """Test server whose tool `changing` changes its description WITHOUT any notification.
 
-    python tests/mcpservers/silent.py
+    python tests/servers/silent.py
 By default the description carries a counter bumped on every tools/list ("listed N times").
 SILENT_CHANGE_AFTER=S  instead: "version 1" for S seconds after start, then "version 2".
 SILENT_TTL_MS=N        mark tools/list results cacheable for N ms (2026-07-28 ttlMs hint), so a

@@ -1,6 +1,6 @@
 """Echo test server.
 
-    python tests/mcpservers/echo.py [--name NAME]
+    python tests/servers/echo.py [--name NAME]
 stdio by default. MCP_ECHO_PORT=N: streamable HTTP on http://127.0.0.1:N/mcp instead, or, with
 MCP_ECHO_TRANSPORT=sse as well, the legacy SSE transport on http://127.0.0.1:N/sse.
 """

@@ -1,6 +1,6 @@
 """Test server with a tool that never answers, for fault-injection tests.
 
-    python tests/mcpservers/stall.py
+    python tests/servers/stall.py
 Tools: `stall` (never returns; the server itself stays responsive; writes "stall cancelled" to
 stderr when the client cancels it) and `echo(text)`. stdio only.
 """

@@ -1,6 +1,6 @@
 """A server whose tool name has surrounding spaces: registered trimmed, dispatched as given.
 
-python tests/mcpservers/spaced.py
+python tests/servers/spaced.py
 """
 
 from mcp.server.mcpserver import MCPServer

@@ -1,4 +1,4 @@
-"""SPEC 16 (issue 20) against a real `manage.py serve` and the real OAuth lab (tests/oauthlab/):
+"""SPEC 16 (issue 20) against a real `manage.py serve` and the real OAuth lab (tests/servers/oauthlab/):
 a server that asks for OAuth waits for a person, is authorized through the lab's consent step,
 keeps working for 30 s on 5 s access tokens (renewed at the lab, never sent expired) across a
 restart of serve with no new authorization; a machine account connects by itself; a refused
@@ -15,8 +15,8 @@ import httpx2
 import pytest
 
 from tests.live import Console, signed_in, wait_until
-from tests.oauthlab.app import fingerprint
-from tests.oauthlab.run import NOT_AUTHORIZED, Lab, authorize, consent, leaks, path_of
+from tests.servers.oauthlab.app import fingerprint
+from tests.servers.oauthlab.run import NOT_AUTHORIZED, Lab, authorize, consent, leaks, path_of
 from tests.webhooks import Receiver
 
 pytestmark = pytest.mark.live

@@ -1,6 +1,6 @@
 """Test server whose tool list changes at runtime, and that says so in both protocol eras.
 
-    python tests/mcpservers/dynamic.py        (stdio)
+    python tests/servers/dynamic.py        (stdio)
     DYN_ADD_AFTER=2 ...                       also adds tool `later` by itself after 2 s
     DYN_LEGACY=1 ...                          speaks only the 2025-11-25 protocol
 

@@ -1,6 +1,6 @@
 """Test server that returns very large results, for fault-injection tests.
 
-    python tests/mcpservers/huge.py
+    python tests/servers/huge.py
 stdio by default; HUGE_PORT=N serves streamable HTTP on http://127.0.0.1:N/mcp instead.
 Tools (all unstructured, so the wire carries the payload once, not twice):
 - `text(n)`: one text item of n bytes ("x" * n);
