@@ -1,6 +1,7 @@
 """A real console for tests: `manage.py serve` in a subprocess with its own data folder,
 $AGENVOY_HOME and token, talked to over HTTP like any agent would."""
 
+import asyncio
 import contextlib
 import datetime
 import hashlib
@@ -99,7 +100,8 @@ def background(target, *args: tuple, join: float = 70):
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds. The
+    tests' one poll (`await_until` is the same for async tests)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -107,7 +109,27 @@ def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "c
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
+    raise AssertionError(_not_reached(what, timeout, last))
+
+
+async def await_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """`wait_until` in an async test: `predicate` (sync; it may touch the database or make an
+    HTTP request) runs through `sync_to_async` between awaits, so the code under test keeps
+    the event loop and Django's thread while the test waits."""
+    from asgiref.sync import sync_to_async
+
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = await sync_to_async(predicate)()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(_not_reached(what, timeout, last))
+
+
+def _not_reached(what: str, timeout: float, last) -> str:
+    return f"{what} not reached within {timeout}s (last: {last!r})"
 
 
 class Console:

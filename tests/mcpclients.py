@@ -17,6 +17,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from tests.live import await_until
+
 TS_CLIENT = Path(__file__).resolve().parent / "mcp_ts_client.mjs"
 
 
@@ -87,12 +89,8 @@ def pending_for(c, tool_name: str) -> list[dict]:
 
 async def wait_pending(c, tool_name: str, timeout: float = 10) -> dict:
     """The first pending item for `tool_name`, polled for until `timeout` seconds."""
-    with anyio.fail_after(timeout):
-        while True:
-            items = await in_thread(pending_for, c, tool_name)
-            if items:
-                return items[0]
-            await anyio.sleep(0.05)
+    items = await await_until(lambda: pending_for(c, tool_name), timeout, what=f"{tool_name} pending")
+    return items[0]
 
 
 class TsClient:
