@@ -680,10 +680,11 @@ def create_permission_prompt(
 ) -> ToolCall:
     """Check (`schemas.PromptRequest`) and record a permission prompt (SPEC 13.5, 17.1), from
     `/mcp/_permission` (`via` mcp) or a Claude Code hook (`via` hook, with the agent's `cwd`).
-    Argument rules (14.2) come first, matched on the agent's own `tool_name`: a deny ends it
+    Decided by the gate (`gate.decide`, as every call is) with neither mode nor allow-list:
+    argument rules (14.2) first, matched on the agent's own `tool_name`: a deny ends it
     `skipped` at once, an ask makes it wait whatever else would allow it. Else it is allowed at
-    once (status `done`) by an allow rule (decision `rule`), a grant of this token (`remember`,
-    or `grant` for a time-boxed one) or a session allowance (`session`); else it is pending."""
+    once (status `done`) by an allow rule (decision `rule`), a session allowance (`session`) or
+    a grant of this token (`remember`, or `grant` for a time-boxed one); else it is pending."""
     prompt = checked(
         schemas.PromptRequest,
         {"tool_name": tool_name, "input": tool_input, "tool_use_id": tool_use_id, "session_id": session_id},
@@ -703,20 +704,16 @@ def create_permission_prompt(
         requested_by=token.name,
         created_at=now,
     )
-    rule = rule_for(tool_name, tool_input)
-    decision = ""
-    if rule is not None:
-        call.rule = rule[1]
-        by_rule: dict[str, str] = {
-            RuleDecision.ALLOW: CallDecision.RULE,
-            RuleDecision.DENY: RuleDecision.DENY,
-        }
-        decision = by_rule.get(rule[0], "")
-    if rule is None or rule[0] == RuleDecision.ALLOW:
-        decision = decision or _prompt_grant(token, tool_name)
-        if not decision and session_allowed(token, session_id):
-            decision = CallDecision.SESSION
-    if decision == RuleDecision.DENY:
+    grant_kind = functools.cache(lambda: _prompt_grant(token, tool_name))
+    decision = gate.decide(
+        Mode.CONFIRM,  # modes do not apply to permission prompts, nor does allow_tool (13.5)
+        allowed=lambda: False,
+        session_allowed=lambda: session_allowed(token, session_id),
+        rule=lambda: rule_for(tool_name, tool_input),
+        granted=lambda: bool(grant_kind()),
+    )
+    call.rule = decision.rule
+    if decision.reason == RuleDecision.DENY:
         call.status, call.decision, call.decided_at, call.ended_at = (
             CallStatus.SKIPPED,
             CallDecision.RULE,
@@ -724,9 +721,11 @@ def create_permission_prompt(
             now,
         )
         call.decided_by, call.result = "rule", gate.denied_text(call.rule)  # the rule's text, above
-    elif decision:
-        call.status, call.decision, call.decided_at, call.ended_at = CallStatus.DONE, decision, now, now
-        call.decided_by = AUTOMATIC[decision]
+    elif decision.run:
+        # A grant says which kind it is: remembered for good, or time-boxed (17.3).
+        reason = grant_kind() if decision.reason == CallDecision.GRANT else decision.reason
+        call.status, call.decision, call.decided_at, call.ended_at = CallStatus.DONE, reason, now, now
+        call.decided_by = AUTOMATIC[reason]
         call.result = json.dumps(_allow(call))
     else:
         _wait_for_a_person(call, token, now)

@@ -15,6 +15,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from .. import db, schemas
 from ..bearer import authenticate
+from ..calls import CallError
 from ..choices import TokenRole
 from ..models import ApiToken, ToolCall
 
@@ -28,6 +29,11 @@ class ApiError(Exception):
         super().__init__(message)
         self.message = message
         self.status = status
+
+
+# What a view (or its `prepare`) raises to answer `{"error": message}` with its status: its own
+# refusals, the input contract's, and the call path's (`calls.CallError`).
+ANSWERS = (ApiError, schemas.InputError, CallError)
 
 
 class ApiRequest(HttpRequest):
@@ -243,9 +249,10 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
     before it writes); its result is `request.prepared`. The call path uses it so that a call
     costs one trip before it runs.
 
-    The view gets an `ApiRequest` (the token as `request.api_token`); ApiError and the input
-    contract's InputError (`mcpcore.schemas`) become its JSON answer, and any other exception
-    a logged 500 without details (never a traceback in the answer).
+    The view gets an `ApiRequest` (the token as `request.api_token`); ApiError, the input
+    contract's InputError (`mcpcore.schemas`) and the call path's CallError (`ANSWERS`) become
+    its JSON answer, and any other exception a logged 500 without details (never a traceback
+    in the answer).
     """
 
     def wrap(view: Callable) -> Callable:
@@ -273,7 +280,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
             if denied is None:
                 try:
                     request.prepared = prepare(request)
-                except (ApiError, schemas.InputError) as exc:
+                except ANSWERS as exc:
                     return error(exc.message, exc.status)
             return denied
 
@@ -289,7 +296,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
                     return denied
                 try:
                     return await view(request, *args, **kwargs)
-                except (ApiError, schemas.InputError) as exc:
+                except ANSWERS as exc:
                     return error(exc.message, exc.status)
                 except Exception:
                     log.exception("unhandled error in %s", request.path)
@@ -303,7 +310,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
                     if denied is not None:
                         return denied
                     return view(request, *args, **kwargs)
-                except (ApiError, schemas.InputError) as exc:
+                except ANSWERS as exc:
                     return error(exc.message, exc.status)
                 except Exception:
                     log.exception("unhandled error in %s", request.path)

@@ -190,18 +190,15 @@ def _create_call(request: ApiRequest) -> ToolCall:
 
     body = json_body(request)
     request.wait_seconds = CallWait.check(body).wait
-    try:
-        return calls.create(
-            request.api_token,
-            "",
-            body.get("name"),
-            body.get("arguments"),
-            body.get("session_id"),
-            body.get("mode"),
-            local=calls.local_supervisor(request),
-        )
-    except calls.CallError as exc:
-        raise ApiError(exc.message, exc.status) from None
+    return calls.create(
+        request.api_token,
+        "",
+        body.get("name"),
+        body.get("arguments"),
+        body.get("session_id"),
+        body.get("mode"),
+        local=calls.local_supervisor(request),
+    )
 
 
 @api_view(("POST",), prepare=_create_call)
@@ -263,10 +260,7 @@ async def mcp_call_cancel(request: ApiRequest, call_id: str) -> JsonResponse:
     from .. import calls
 
     cid = _uuid_or_404(call_id, "call not found")
-    try:
-        await calls.stop(cid, calls.local_supervisor(request))
-    except calls.CallError as exc:
-        raise ApiError(exc.message, exc.status) from None
+    await calls.stop(cid, calls.local_supervisor(request))
     return JsonResponse({"ok": True})
 
 
@@ -284,17 +278,14 @@ async def confirm(request: ApiRequest, session_id: str, confirm_id: str) -> Json
 
     body = json_body(request)
     token = request.api_token
-    try:
-        await calls.respond(
-            session_id,
-            confirm_id,
-            body,
-            _who(request),
-            lambda c: reply_refusal(token, c),
-            local=calls.local_supervisor(request),
-        )
-    except calls.CallError as exc:
-        raise ApiError(exc.message, exc.status) from None
+    await calls.respond(
+        session_id,
+        confirm_id,
+        body,
+        _who(request),
+        lambda c: reply_refusal(token, c),
+        local=calls.local_supervisor(request),
+    )
     return JsonResponse({"ok": True})
 
 
@@ -362,19 +353,16 @@ async def claude_code_hook(request: ApiRequest) -> JsonResponse:
         raise ApiError(str(exc)) from None
     token = request.api_token
     session = body.session_id.strip()
-    try:
-        call = await db.write(
-            calls.create_permission_prompt,
-            token,
-            body.tool_name,
-            body.tool_input,
-            f"cc:{session or token.name}",
-            body.tool_use_id or None,
-            via="hook",
-            cwd=body.cwd,
-        )
-    except calls.CallError as exc:
-        raise ApiError(exc.message, exc.status) from None
+    call = await db.write(
+        calls.create_permission_prompt,
+        token,
+        body.tool_name,
+        body.tool_input,
+        f"cc:{session or token.name}",
+        body.tool_use_id or None,
+        via="hook",
+        cwd=body.cwd,
+    )
     await calls.submit(call)
     ended = await _until_gone(request, calls.wait(call, wait), wait)
     timed_out = False
