@@ -1,18 +1,15 @@
 """Claude Code's HTTP hooks (SPEC 17.1): what the console answers for `PermissionRequest` and
-`PreToolUse`, from how the permission prompt ended. Pure: no HTTP, no database.
+`PreToolUse`, from how the permission prompt ended (the ended call's fields only: no HTTP,
+no query).
 
 The shapes are those of Claude Code's hooks reference ("PermissionRequest decision control",
 "PreToolUse decision control", "JSON output"); `{}` (or `ask`) hands the question back to the
 terminal when nobody decided in the console in time.
 """
 
-from typing import TYPE_CHECKING
-
 from ..choices import CallStatus
+from ..models import ToolCall
 from ..schemas import HOOK_EVENTS, PERMISSION_REQUEST, PRE_TOOL_USE
-
-if TYPE_CHECKING:  # only its fields are read: this module stays below the database layer
-    from ..models import ToolCall
 
 EVENTS = HOOK_EVENTS
 ABORTED = "user stopped"
