@@ -18,23 +18,9 @@ from django.db.models import Prefetch, Q
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from .. import (
-    allowlist,
-    files,
-    retention,
-    serverconfig,
-    toolviewstore,
-)
+from .. import allowlist, files, retention, serverconfig, toolviewstore
 from ..choices import CallDecision, CallStatus
-from ..models import (
-    ApiToken,
-    NotificationTarget,
-    PermissionGrant,
-    Server,
-    ToolCall,
-    View,
-    transport_of,
-)
+from ..models import ApiToken, NotificationTarget, PermissionGrant, Server, ToolCall, View, transport_of
 from . import live
 from .forms import (
     schema_fields,

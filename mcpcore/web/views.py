@@ -629,9 +629,7 @@ def pending_feed(request: HtmxRequest) -> JsonResponse:
         }
         for c in live.pending_calls()[: live.PENDING_SHOWN]
     ]
-    response = JsonResponse({"pending": items})
-    response["Cache-Control"] = "no-store"
-    return response
+    return JsonResponse({"pending": items}, headers={"Cache-Control": "no-store"})
 
 
 # --- history (History) ----------------------------------------------------------------------------

@@ -25,13 +25,6 @@ USER, PASSWORD = "oauth-operator", "e2e-password-20"
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    lab = Lab(tmp_path_factory.mktemp("lab")).start()
-    yield lab
-    lab.close()
-
-
-@pytest.fixture(scope="module")
 def console(module_console, lab):
     c = console_with_user(module_console, {}, USER, PASSWORD)
     c.env["AGENVOY_PUBLIC_URL"] = c.url  # the redirect URI the lab sends Chromium back to

@@ -9,19 +9,11 @@ import time
 import pytest
 
 from tests.live import signed_in, wait_until
-from tests.servers.oauthlab.run import Lab
 
 pytestmark = pytest.mark.live
 
 NAMES = ("one", "two", "three")
 BOUND = 2.0  # seconds from the request to the authorization URL, for each flow
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    lab = Lab(tmp_path_factory.mktemp("lab")).start()
-    yield lab
-    lab.close()
 
 
 def test_it_answers_three_flows_started_at_once_each_within_2s(module_console, lab):
