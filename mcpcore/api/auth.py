@@ -42,7 +42,7 @@ class ApiRequest(HttpRequest):
     api_token: ApiToken  # the caller's token (auth passed, its rights checked)
     prepared: Any  # what `api_view(prepare=...)` returned
     wait_seconds: float  # `POST /v1/mcp/call`: how long to wait for the call's end
-    client_gone: "asyncio.Future[None]"  # done when the client went away (api.handler only)
+    client_gone: "asyncio.Future[None]"  # done when the client went away (api.app only)
 
 
 def error(message: str, status: int) -> JsonResponse:
