@@ -3,7 +3,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 SERVERS_VENV := .venv-servers
-EVERYTHING := servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js
+EVERYTHING := tests/servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js
 
 .PHONY: run test setup setup-test bench e2e lint clean
 
@@ -16,7 +16,7 @@ run: setup
 # machines) none of them writes its bytecode, so each would compile the console from source:
 # compiled once here instead.
 test: setup setup-test
-	$(PY) -m compileall -q mcpcore agenvoy_site tests bench manage.py
+	$(PY) -m compileall -q -x node_modules mcpcore agenvoy_site tests bench manage.py
 	$(PY) -m pytest -q
 	$(PY) -m pytest -q -m e2e
 	$(PY) -m pytest -q -m scaleout
@@ -36,14 +36,14 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt scripts/find-python.sh
 setup-test: $(SERVERS_VENV)/.installed $(EVERYTHING)
 	scripts/install-system.sh
 
-$(SERVERS_VENV)/.installed: servers/requirements-time.txt
+$(SERVERS_VENV)/.installed: tests/servers/requirements-time.txt
 	@PYBIN=$$(scripts/find-python.sh) || exit 1; \
 	  [ -x $(SERVERS_VENV)/bin/python ] || $$PYBIN -m venv $(SERVERS_VENV)
-	$(SERVERS_VENV)/bin/python -m pip install -q -r servers/requirements-time.txt
+	$(SERVERS_VENV)/bin/python -m pip install -q -r tests/servers/requirements-time.txt
 	touch $@
 
-$(EVERYTHING): servers/package.json servers/package-lock.json
-	cd servers && npm ci --no-audit --no-fund --loglevel=error
+$(EVERYTHING): tests/servers/package.json tests/servers/package-lock.json
+	cd tests/servers && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 # The type check (mypy.ini) loads the settings: a throwaway key and data folder, never the console's.
@@ -53,4 +53,4 @@ lint: setup
 	DJANGO_SECRET_KEY=lint AGENVOY_DATA_DIR=.mypy_cache/data $(PY) -m mypy mcpcore agenvoy_site
 
 clean:
-	rm -rf $(VENV) $(SERVERS_VENV) servers/node_modules
+	rm -rf $(VENV) $(SERVERS_VENV) tests/servers/node_modules

@@ -242,7 +242,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "mcpcore.context_processors.pending_badge",
+                "mcpcore.web.context_processors.pending_badge",
             ],
         },
     },

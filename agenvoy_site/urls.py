@@ -1,8 +1,8 @@
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 
-from mcpcore import views
 from mcpcore.api.ops import metrics_view
+from mcpcore.web import views
 
 urlpatterns = [
     # What MCP clients probe for OAuth (SPEC 17.4): JSON 404s, never the sign-in page.
@@ -16,5 +16,5 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("", include("mcpcore.urls")),
+    path("", include("mcpcore.web.urls")),
 ]

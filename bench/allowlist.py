@@ -5,7 +5,7 @@ plain read and atomic rewrite of the same file."""
 
 import time
 
-from .common import Figure, django_setup, ms, percentile
+from bench.common import Figure, django_setup, ms, percentile
 
 NAME = "allowlist"
 ENTRIES = 100_000
@@ -86,10 +86,9 @@ def write_figures() -> list[Figure]:
     django_setup()
     from django.test import override_settings
 
+    from bench.common import _django_dir
     from mcpcore import allowlist, files
     from mcpcore.models import AllowEntry
-
-    from .common import _django_dir
 
     home = _django_dir / "allow-home"
     home.mkdir(exist_ok=True)

@@ -6,8 +6,8 @@ import asyncio
 import time
 import uuid
 
-from . import common
-from .common import ECHO_ARGS, Figure, ms, percentile
+from bench import common
+from bench.common import ECHO_ARGS, Figure, ms, percentile
 
 NAME = "approval"
 APPROVALS = 50

@@ -20,8 +20,8 @@ import asyncio
 import re
 import time
 
-from .common import Figure, console, cpu_seconds, echo_servers, ms, percentile, rss_mb
-from .rawhttp import MODERN, RawHttp, RawMcp
+from bench.common import Figure, console, cpu_seconds, echo_servers, ms, percentile, rss_mb
+from bench.rawhttp import MODERN, RawHttp, RawMcp
 
 NAME = "held"
 CALLS = 1000

@@ -7,7 +7,7 @@ import datetime
 import sqlite3
 import time
 
-from .common import Figure, django_setup, ms, percentile
+from bench.common import Figure, django_setup, ms, percentile
 
 NAME = "history"
 CALLS = 1_000_000
@@ -21,8 +21,8 @@ def make_calls(db_path: str, calls: int = CALLS, start: datetime.datetime | None
     `start` (default: so that the last is now), written by SQLite itself (a recursive CTE:
     Python would take minutes for a million rows). Statuses as a busy console has them: 85%
     done, 8% error, 4% skipped, 1% each expired, cancelled, interrupted. Columns and values as
-    tests.sqlrows writes them."""
-    from tests import sqlrows as rows
+    tests.live writes them."""
+    from tests.live import CALL_COLUMNS, call_row
 
     start = start or datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=3 * calls)
     values = {
@@ -42,15 +42,15 @@ def make_calls(db_path: str, calls: int = CALLS, start: datetime.datetime | None
         "ended_at": f"strftime('%Y-%m-%d %H:%M:%f', {start.timestamp():.3f} + 3 * i + 0.005, 'unixepoch')",
         "result": "'result ' || i || ': ' || substr('lorem ipsum dolor sit amet consectetur ', 1, 10 + i % 30)",
     }
-    defaults = dict(zip(rows.COLUMNS, rows.row(start), strict=True))
+    defaults = dict(zip(CALL_COLUMNS, call_row(start), strict=True))
     select = ", ".join(
-        values.get(c) or ("NULL" if defaults[c] is None else repr(defaults[c])) for c in rows.COLUMNS
+        values.get(c) or ("NULL" if defaults[c] is None else repr(defaults[c])) for c in CALL_COLUMNS
     )
     conn = sqlite3.connect(db_path)
     try:
         with conn:
             conn.execute(
-                f"INSERT INTO mcpcore_toolcall ({', '.join(rows.COLUMNS)}) "
+                f"INSERT INTO mcpcore_toolcall ({', '.join(CALL_COLUMNS)}) "
                 f"WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < {calls}) "
                 f"SELECT {select} FROM n"
             )

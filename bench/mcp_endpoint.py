@@ -21,8 +21,18 @@ import sys
 import time
 from contextlib import asynccontextmanager
 
-from .common import ECHO, Figure, console, cpu_seconds, echo_servers, for_seconds, ms, percentile, wait_until
-from .rawhttp import LEGACY, MODERN, RawMcp, client_cpu
+from bench.common import (
+    ECHO,
+    Figure,
+    console,
+    cpu_seconds,
+    echo_servers,
+    for_seconds,
+    ms,
+    percentile,
+    wait_until,
+)
+from bench.rawhttp import LEGACY, MODERN, RawMcp, client_cpu
 
 NAME = "mcp_endpoint"
 CALLS = 300
@@ -41,7 +51,7 @@ CLIENTS = ("sdk", "raw")
 
 @contextlib.contextmanager
 def echo_over_http():
-    """tests/mcpservers/echo.py on streamable HTTP (the SDK's server under uvicorn)."""
+    """tests/servers/echo.py on streamable HTTP (the SDK's server under uvicorn)."""
     from tests.live import free_port
 
     port = free_port()

@@ -5,7 +5,7 @@ before any server was added."""
 import time
 from collections import Counter
 
-from .common import Figure, console, many_server, rss_mb
+from bench.common import Figure, console, many_server, rss_mb
 
 NAME = "memory"
 SERVERS = 50

@@ -6,8 +6,8 @@ figure is the client's own; its CPU per call (this process's) is reported beside
 import asyncio
 import time
 
-from .common import ECHO_ARGS, Figure, console, direct_client, echo_body, echo_servers, ms, percentile
-from .rawhttp import RawHttp, client_cpu
+from bench.common import ECHO_ARGS, Figure, console, direct_client, echo_body, echo_servers, ms, percentile
+from bench.rawhttp import RawHttp, client_cpu
 
 NAME = "overhead"
 CALLS = 500

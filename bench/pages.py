@@ -7,7 +7,7 @@ import random
 import time
 import uuid
 
-from .common import Figure, django_setup, ms, percentile
+from bench.common import Figure, django_setup, ms, percentile
 
 NAME = "pages"
 TOOLS = 1_000
@@ -134,7 +134,7 @@ def run() -> list[Figure]:
     from django.contrib.auth.models import User
     from django.test import Client, override_settings
 
-    from .common import _django_dir
+    from bench.common import _django_dir
 
     home = _django_dir / "pages-home"
     home.mkdir(exist_ok=True)

@@ -10,8 +10,8 @@ import time
 
 import httpx2
 
-from .common import ECHO_ARGS, ECHO_TOOL, Figure, console, echo_servers, ms, percentile
-from .history import make_calls
+from bench.common import ECHO_ARGS, ECHO_TOOL, Figure, console, echo_servers, ms, percentile
+from bench.history import make_calls
 
 NAME = "retention"
 CALLS = 1_000_000

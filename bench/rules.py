@@ -5,7 +5,7 @@ already pays). Also the cost of building the set, paid once per change of the fi
 
 import time
 
-from .common import Figure, ms
+from bench.common import Figure, ms
 
 NAME = "rules"
 RULES = 10_000

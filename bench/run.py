@@ -35,7 +35,7 @@ BENCHES = [
     "memory",
     "mcp_endpoint",
     "held",
-    "views",
+    "toolviews",
 ]
 
 

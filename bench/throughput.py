@@ -9,7 +9,7 @@ import time
 
 import psutil
 
-from .common import (
+from bench.common import (
     ECHO_ARGS,
     Figure,
     console,
@@ -20,7 +20,7 @@ from .common import (
     ms,
     percentile,
 )
-from .rawhttp import RawHttp
+from bench.rawhttp import RawHttp
 
 NAME = "throughput"
 LEVELS = (1, 8, 32)

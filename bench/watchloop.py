@@ -22,7 +22,7 @@ from collections import Counter
 
 import psutil
 
-from .common import MANY, Figure, console, cpu_seconds, direct_client, many_server, ms, percentile
+from bench.common import MANY, Figure, console, cpu_seconds, direct_client, many_server, ms, percentile
 
 NAME = "watchloop"
 SERVERS = 100

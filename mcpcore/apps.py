@@ -8,7 +8,7 @@ class McpcoreConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from .cache import install_triggers
+        from .db.cache import install_triggers
 
         # After every migrate (and test-database flush): the cache generation's triggers.
         post_migrate.connect(install_triggers, sender=self, dispatch_uid="mcpcore-cache-triggers")

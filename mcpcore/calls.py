@@ -32,8 +32,9 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import allowlist, cache, control, db, files, gate, metrics, oauth, rules, schemas, store
+from . import allowlist, control, db, files, gate, metrics, oauth, rules, schemas
 from .choices import CallDecision, CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
+from .db import cache, callsql
 from .models import (
     AllowEntry,
     ApiToken,
@@ -221,7 +222,7 @@ def create(
         granted=lambda: granted(token, CallKind.TOOL_CONFIRM, tool.registered_name),
     )
     now = timezone.now()
-    call = store.new(
+    call = callsql.new(
         session_id=session_id,
         tool_name=tool.registered_name,
         server_name=server.name,
@@ -247,7 +248,7 @@ def create(
             call.started_at, call.worker = now, local.name
     else:
         _wait_for_a_person(call, token, now)
-    store.insert(call)
+    callsql.insert(call)
     if call.ended:  # denied by a rule
         _count_end(call)
     if call.status == CallStatus.PENDING and token is not None and not _still_live(token):
@@ -367,7 +368,7 @@ async def wait(
                 # alone first (no ORM, no thread hop), the whole row once that has moved.
                 if (
                     call.status != CallStatus.PENDING
-                    or await db.read(store.status, call.id) != CallStatus.PENDING
+                    or await db.read(callsql.status, call.id) != CallStatus.PENDING
                 ):
                     fresh = await db.run(_get, call.id)
                     if fresh is None:
@@ -464,7 +465,7 @@ async def respond(
 
 def finish(call_id, status: str, result: str, **fields) -> bool:
     """End a call once: a conditional update from pending/running, so no end is overwritten."""
-    ended = store.end(call_id, {"status": status, "result": result, "ended_at": timezone.now(), **fields})
+    ended = callsql.end(call_id, {"status": status, "result": result, "ended_at": timezone.now(), **fields})
     if ended:
         _count_end_of(call_id)
     return ended
@@ -474,7 +475,7 @@ def finish_call(call: ToolCall, status: str, result: str, **fields) -> ToolCall 
     """`finish` for the object the call path holds: on success the same fields are set on it
     (it then is the row as stored), and it is returned; None when the call had already ended."""
     ended = {"status": status, "result": result, "ended_at": timezone.now(), **fields}
-    if not store.end(call.id, ended):
+    if not callsql.end(call.id, ended):
         return None
     for key, value in ended.items():
         setattr(call, key, value)
@@ -679,10 +680,11 @@ def create_permission_prompt(
 ) -> ToolCall:
     """Check (`schemas.PromptRequest`) and record a permission prompt (SPEC 13.5, 17.1), from
     `/mcp/_permission` (`via` mcp) or a Claude Code hook (`via` hook, with the agent's `cwd`).
-    Argument rules (14.2) come first, matched on the agent's own `tool_name`: a deny ends it
+    Decided by the gate (`gate.decide`, as every call is) with neither mode nor allow-list:
+    argument rules (14.2) first, matched on the agent's own `tool_name`: a deny ends it
     `skipped` at once, an ask makes it wait whatever else would allow it. Else it is allowed at
-    once (status `done`) by an allow rule (decision `rule`), a grant of this token (`remember`,
-    or `grant` for a time-boxed one) or a session allowance (`session`); else it is pending."""
+    once (status `done`) by an allow rule (decision `rule`), a session allowance (`session`) or
+    a grant of this token (`remember`, or `grant` for a time-boxed one); else it is pending."""
     prompt = checked(
         schemas.PromptRequest,
         {"tool_name": tool_name, "input": tool_input, "tool_use_id": tool_use_id, "session_id": session_id},
@@ -702,20 +704,16 @@ def create_permission_prompt(
         requested_by=token.name,
         created_at=now,
     )
-    rule = rule_for(tool_name, tool_input)
-    decision = ""
-    if rule is not None:
-        call.rule = rule[1]
-        by_rule: dict[str, str] = {
-            RuleDecision.ALLOW: CallDecision.RULE,
-            RuleDecision.DENY: RuleDecision.DENY,
-        }
-        decision = by_rule.get(rule[0], "")
-    if rule is None or rule[0] == RuleDecision.ALLOW:
-        decision = decision or _prompt_grant(token, tool_name)
-        if not decision and session_allowed(token, session_id):
-            decision = CallDecision.SESSION
-    if decision == RuleDecision.DENY:
+    grant_kind = functools.cache(lambda: _prompt_grant(token, tool_name))
+    decision = gate.decide(
+        Mode.CONFIRM,  # modes do not apply to permission prompts, nor does allow_tool (13.5)
+        allowed=lambda: False,
+        session_allowed=lambda: session_allowed(token, session_id),
+        rule=lambda: rule_for(tool_name, tool_input),
+        granted=lambda: bool(grant_kind()),
+    )
+    call.rule = decision.rule
+    if decision.reason == RuleDecision.DENY:
         call.status, call.decision, call.decided_at, call.ended_at = (
             CallStatus.SKIPPED,
             CallDecision.RULE,
@@ -723,13 +721,15 @@ def create_permission_prompt(
             now,
         )
         call.decided_by, call.result = "rule", gate.denied_text(call.rule)  # the rule's text, above
-    elif decision:
-        call.status, call.decision, call.decided_at, call.ended_at = CallStatus.DONE, decision, now, now
-        call.decided_by = AUTOMATIC[decision]
+    elif decision.run:
+        # A grant says which kind it is: remembered for good, or time-boxed (17.3).
+        reason = grant_kind() if decision.reason == CallDecision.GRANT else decision.reason
+        call.status, call.decision, call.decided_at, call.ended_at = CallStatus.DONE, reason, now, now
+        call.decided_by = AUTOMATIC[reason]
         call.result = json.dumps(_allow(call))
     else:
         _wait_for_a_person(call, token, now)
-    store.insert(call)
+    callsql.insert(call)
     if call.ended:  # allowed by a grant or a session allowance
         _count_end(call)
     return call
@@ -851,7 +851,7 @@ def _count_end(call: ToolCall) -> None:
 
 def _count_end_of(call_id) -> None:
     """`_count_end` for a call ended by id: its labels read back from the row."""
-    row = store.ended_row(call_id)
+    row = callsql.ended_row(call_id)
     if row is None:
         return
     server, status, decision, started_at, ended_at, confirm_id = row

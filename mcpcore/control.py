@@ -1,6 +1,10 @@
-"""The web side's messages to the supervisors, through the channel layer. Web code never talks
-to MCP itself: it writes what is wanted in the database and says so here (or, for a call in
-the process that hosts its supervisor, through `calls.LocalSupervisor`)."""
+"""The messages between processes, through the channel layer: the doors' requests to the
+supervisors (`config.changed`, `call.run`, `call.cancel`, `servers.reconnect`,
+`oauth.authorize`, `oauth.callback`, answered on reply channels), and the groups every side
+tells of changes (`STATUS` and `PENDING`, which open pages and the MCP endpoints follow, and a
+call's own group, which its waiters follow). Web code never talks to MCP itself: it writes
+what is wanted in the database and says so here (or, for a call in the process that hosts its
+supervisor, through `calls.LocalSupervisor`)."""
 
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer

@@ -664,7 +664,7 @@ class Delivery(models.Model):
 
 class CacheGeneration(models.Model):
     """One row whose `n` database triggers raise on every change to tokens, servers' state,
-    tools and pins, in any process and through any door (`mcpcore.cache` installs them). A
+    tools and pins, in any process and through any door (`mcpcore.db.cache` installs them). A
     process keeps what it read of those tables only while `n` is what it was then."""
 
     n = models.BigIntegerField(default=0)

@@ -176,7 +176,7 @@ def _rebind(account: OAuthAccount, url: str) -> None:
         account.scopes, account.authorized_by = [], ""
 
 
-# --- tokens (the rows behind supervisor.oauth.DbTokenStorage) ---------------------------------
+# --- tokens (the rows behind supervisor.upstream.DbTokenStorage) ---------------------------------
 
 
 def load(name: str, url: str) -> tuple[dict | None, dict | None, datetime.datetime | None]:

@@ -22,11 +22,13 @@ from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
 
-from . import cache, calls, db, metrics, routing
-from .api.handler import ApiHandler, ApiRouter
+from . import calls, db, metrics
+from .api.app import ApiHandler, ApiRouter
+from .db import cache
 from .mcpserver import McpEndpoint, McpRouter
-from .staticserve import StaticFiles
 from .supervisor import Supervisor, host
+from .web import routing
+from .web.staticserve import StaticFiles
 
 log = logging.getLogger("mcpcore.runtime")
 

@@ -599,7 +599,7 @@ class RulesEdit(Contract):
 # --- views (SPEC 19) ----------------------------------------------------------------------------
 
 
-def _view_name(name: Any) -> str:
+def _toolview_name(name: Any) -> str:
     name = name.strip() if isinstance(name, str) else name
     problem = toolviews.name_problem(name)
     if problem:
@@ -633,7 +633,7 @@ class ViewEdit(Contract):
 
     name: Annotated[
         str,
-        PlainValidator(_view_name, json_schema_input_type=str),
+        PlainValidator(_toolview_name, json_schema_input_type=str),
         Field(description="section 3's server-name rules"),
     ]
     description: Annotated[

@@ -1,6 +1,6 @@
 """Claude Code's hook payloads and the answer fields its hooks reference documents, kept as
 fixtures under tests/fixtures/claude_code/ (see the README there), and the check that an answer
-uses only those fields (tests/test_hooks.py, tests/e2e/test_approvals_browser.py)."""
+uses only those fields (tests/api/test_claude_hooks.py, tests/e2e/test_approvals_browser.py)."""
 
 import copy
 import json

@@ -70,3 +70,14 @@ def pool():
     """Threads for the requests a module's tests hold open while they do something else."""
     with concurrent.futures.ThreadPoolExecutor(4) as ex:
         yield ex
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """The OAuth lab (tests/servers/oauthlab/) with its defaults, for one module; a module that
+    needs other settings (short-lived tokens, machine clients) makes a `lab` of its own."""
+    from tests.servers.oauthlab.run import Lab
+
+    lab = Lab(tmp_path_factory.mktemp("lab")).start()
+    yield lab
+    lab.close()

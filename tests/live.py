@@ -1,7 +1,9 @@
 """A real console for tests: `manage.py serve` in a subprocess with its own data folder,
 $AGENVOY_HOME and token, talked to over HTTP like any agent would."""
 
+import asyncio
 import contextlib
+import datetime
 import hashlib
 import json
 import os
@@ -15,14 +17,15 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import httpx2
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
-SERVERS = ROOT / "tests" / "mcpservers"
-EVERYTHING = ROOT / "servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+SERVERS = ROOT / "tests" / "servers"
+EVERYTHING = ROOT / "tests/servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 TIME_SERVER = ROOT / ".venv-servers/bin/mcp-server-time"
 _TEMPLATE: Path | None = None
 
@@ -34,7 +37,7 @@ def free_port() -> int:
 
 
 def our_server(script: str, *args: str, env: dict | None = None) -> dict:
-    """An mcp.json entry for one of our test servers under tests/mcpservers."""
+    """An mcp.json entry for one of our test servers under tests/servers."""
     entry = {"command": PYTHON, "args": [str(SERVERS / script), *args]}
     if env:
         entry["env"] = env
@@ -97,7 +100,8 @@ def background(target, *args: tuple, join: float = 70):
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds. The
+    tests' one poll (`await_until` is the same for async tests)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -105,7 +109,27 @@ def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "c
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
+    raise AssertionError(_not_reached(what, timeout, last))
+
+
+async def await_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """`wait_until` in an async test: `predicate` (sync; it may touch the database or make an
+    HTTP request) runs through `sync_to_async` between awaits, so the code under test keeps
+    the event loop and Django's thread while the test waits."""
+    from asgiref.sync import sync_to_async
+
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = await sync_to_async(predicate)()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(_not_reached(what, timeout, last))
+
+
+def _not_reached(what: str, timeout: float, last) -> str:
+    return f"{what} not reached within {timeout}s (last: {last!r})"
 
 
 class Console:
@@ -410,3 +434,62 @@ def at_once(clients: list, body: dict) -> list:
     for t in threads:
         t.join(60)
     return answers
+
+
+# --- call rows written straight into a console's SQLite file --------------------------------------
+
+CALL_COLUMNS = (
+    "id", "kind", "confirm_id", "session_id", "tool_name", "server_name", "tool", "arguments",
+    "mode", "token_id", "requested_by", "status", "decision", "decided_by", "decided_at", "reason",
+    "created_at", "expires_at", "started_at", "ended_at", "worker", "result",
+    "is_error", "truncated", "result_bytes", "raw_result", "raw_truncated", "rule",
+    "definition_changed", "notified", "via", "cwd", "native_result",
+)  # fmt: skip
+_CALL_DEFAULTS = {
+    "kind": "tool_confirm", "confirm_id": None, "session_id": "s-1", "tool_name": "mcp__srv__tool",
+    "server_name": "srv", "tool": "tool", "arguments": {}, "mode": "auto", "token_id": None,
+    "requested_by": "tests", "status": "done", "decision": "auto", "decided_by": "", "decided_at": None,
+    "reason": "", "expires_at": None, "started_at": None, "ended_at": None, "worker": "",
+    "result": "", "is_error": False, "truncated": False, "result_bytes": 0, "raw_result": "",
+    "raw_truncated": False, "rule": "", "definition_changed": False, "notified": 2, "via": "rest",
+    "cwd": "", "native_result": None,
+}  # fmt: skip
+_CALL_INSERT = (
+    f"INSERT INTO mcpcore_toolcall ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
+)
+
+
+def _sqlite_value(v):
+    if isinstance(v, uuid.UUID):
+        return v.hex
+    if isinstance(v, datetime.datetime):
+        return v.astimezone(datetime.UTC).replace(tzinfo=None).isoformat(" ")
+    if isinstance(v, (dict, list)):
+        return json.dumps(v)
+    if isinstance(v, bool):
+        return int(v)
+    return v
+
+
+def call_row(created_at: datetime.datetime, **fields) -> tuple:
+    """One call row created at `created_at`, as Django stores it on SQLite (for many calls, or
+    calls of another time, faster than the ORM makes them); an ended status gets its times filled in."""
+    values = {**_CALL_DEFAULTS, "id": uuid.uuid4(), "created_at": created_at, **fields}
+    if values["status"] not in ("pending", "running"):
+        values.setdefault("started_at", None)
+        values["started_at"] = values["started_at"] or created_at
+        values["ended_at"] = values["ended_at"] or created_at + datetime.timedelta(milliseconds=5)
+    if values["status"] == "pending" and values["confirm_id"] is None:
+        values["confirm_id"] = uuid.uuid4()
+        values["decision"] = ""
+    return tuple(_sqlite_value(values[c]) for c in CALL_COLUMNS)
+
+
+def insert_call_rows(db_path: Path, rows) -> None:
+    """Write call rows (from `call_row`) into a console's SQLite file in one transaction."""
+    conn = sqlite3.connect(db_path)
+    try:
+        with conn:
+            conn.executemany(_CALL_INSERT, rows)
+    finally:
+        conn.close()

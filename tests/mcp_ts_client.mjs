@@ -1,5 +1,5 @@
 // A client of the console's MCP endpoint built on the official TypeScript SDK (what Claude Code
-// and Cursor are built on), driven by tests/test_mcp_endpoint.py.
+// and Cursor are built on), driven by tests/mcpserver/test_endpoint.py.
 //
 //   node tests/mcp_ts_client.mjs <url> <token>
 //
@@ -13,7 +13,7 @@
 
 import readline from "node:readline";
 
-const sdk = new URL("../servers/node_modules/@modelcontextprotocol/sdk/dist/esm/", import.meta.url);
+const sdk = new URL("./servers/node_modules/@modelcontextprotocol/sdk/dist/esm/", import.meta.url);
 const { Client } = await import(new URL("client/index.js", sdk));
 const { StreamableHTTPClientTransport } = await import(new URL("client/streamableHttp.js", sdk));
 const { ToolListChangedNotificationSchema } = await import(new URL("types.js", sdk));

@@ -1,6 +1,6 @@
 """The MCP SDK's own client and the TypeScript SDK's (tests/mcp_ts_client.mjs) against a live
 console's MCP endpoints, and the inbox reads the tests that drive them share
-(tests/test_mcp_endpoint.py, tests/test_approval_doors.py, tests/test_tool_views_live.py)."""
+(tests/mcpserver/test_endpoint.py, tests/mcpserver/test_approval_doors.py, tests/mcpserver/test_toolviews_live.py)."""
 
 import json
 import queue
@@ -16,6 +16,8 @@ import mcp_types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from tests.live import await_until
 
 TS_CLIENT = Path(__file__).resolve().parent / "mcp_ts_client.mjs"
 
@@ -71,7 +73,7 @@ async def until_told(url: str, token: str, mode: str, change) -> tuple[set[str],
 
 
 def grow_tool(c, name: str) -> None:
-    """Have the `dyn` test server (tests/mcpservers/dynamic.py) register a tool `name` now."""
+    """Have the `dyn` test server (tests/servers/dynamic.py) register a tool `name` now."""
     r = c.call("mcp__dyn__add_tool", {"name": name}, mode="auto")
     assert r.status_code == 200 and r.json()["status"] == "done", r.text
 
@@ -87,12 +89,8 @@ def pending_for(c, tool_name: str) -> list[dict]:
 
 async def wait_pending(c, tool_name: str, timeout: float = 10) -> dict:
     """The first pending item for `tool_name`, polled for until `timeout` seconds."""
-    with anyio.fail_after(timeout):
-        while True:
-            items = await in_thread(pending_for, c, tool_name)
-            if items:
-                return items[0]
-            await anyio.sleep(0.05)
+    items = await await_until(lambda: pending_for(c, tool_name), timeout, what=f"{tool_name} pending")
+    return items[0]
 
 
 class TsClient:

@@ -17,6 +17,16 @@ def _pg_bin() -> Path:
     return found[-1].parent
 
 
+def _end(proc: subprocess.Popen, grace: float) -> None:
+    """SIGTERM, then SIGKILL if the server outlives `grace` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
 class Redis:
     def __init__(self, base: Path) -> None:
         self.port = free_port()
@@ -51,12 +61,7 @@ class Redis:
         return out.stdout.strip() == "PONG"
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        _end(self.proc, 10)
 
 
 class Postgres:
@@ -105,22 +110,15 @@ class Postgres:
         )
         try:
             wait_until(self._ready, 30, 0.2, what="postgres up")
-            self._run(
-                [
-                    str(self.bin / "createdb"),
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    str(self.port),
-                    "-U",
-                    "agenvoy",
-                    "agenvoy",
-                ]
-            )
+            self._run(self._on_our_database("createdb"))
         except BaseException:
             self.stop()
             raise
         self.url = f"postgresql://agenvoy@127.0.0.1:{self.port}/agenvoy"
+
+    def _on_our_database(self, tool: str) -> list[str]:
+        """A PostgreSQL client command on the `agenvoy` database as the `agenvoy` role."""
+        return [str(self.bin / tool), "-h", "127.0.0.1", "-p", str(self.port), "-U", "agenvoy", "agenvoy"]
 
     def _wrap(self, cmd: list[str]) -> list[str]:
         return ["runuser", "-u", "postgres", "--", *cmd] if self.as_root else cmd
@@ -141,18 +139,7 @@ class Postgres:
     def dump(self) -> bytes:
         """The whole database as `pg_dump` writes it (plain SQL): every row, as stored."""
         out = subprocess.run(
-            self._wrap(
-                [
-                    str(self.bin / "pg_dump"),
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    str(self.port),
-                    "-U",
-                    "agenvoy",
-                    "agenvoy",
-                ]
-            ),
+            self._wrap(self._on_our_database("pg_dump")),
             capture_output=True,
         )
         if out.returncode != 0:
@@ -160,9 +147,4 @@ class Postgres:
         return out.stdout
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        _end(self.proc, 15)

@@ -11,8 +11,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from mcpcore.staticserve import StaticFiles
 from mcpcore.supervisor import stdio
+from mcpcore.web.staticserve import StaticFiles
 from tests.live import SERVERS
 
 # --- static files -------------------------------------------------------------------------------
@@ -137,7 +137,7 @@ def _pending_call_and_token():
 
 async def _long_poll(path: str, query: str, secret: str, leave: anyio.Event | None):
     """Drive the /v1 ASGI handler as a server would; the client leaves when `leave` is set."""
-    from mcpcore.api.handler import ApiHandler
+    from mcpcore.api.app import ApiHandler
 
     sent = []
     messages = [{"type": "http.request", "body": b"", "more_body": False}]

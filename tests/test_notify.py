@@ -13,7 +13,6 @@ import json
 import time
 import uuid
 
-import anyio
 import pytest
 import pytest_asyncio
 from asgiref.sync import sync_to_async
@@ -21,6 +20,7 @@ from django.utils import timezone
 
 from mcpcore import notify, onetap
 from mcpcore.models import Delivery, NotificationTarget, ToolCall
+from tests.live import await_until
 from tests.webhooks import Receiver, verify
 
 
@@ -46,19 +46,6 @@ def pending_call(tool="echo", server="every", **fields) -> ToolCall:
         requested_by="agent-1",
         **fields,
     )
-
-
-async def wait_for(predicate, seconds: float = 15, what: str = "condition"):
-    """Re-check `predicate` (sync, may touch the database) until true, bounded."""
-    try:
-        with anyio.fail_after(seconds):
-            while True:
-                value = await sync_to_async(predicate)()
-                if value:
-                    return value
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"{what} not reached within {seconds}s") from None
 
 
 @pytest_asyncio.fixture
@@ -134,7 +121,7 @@ async def test_it_posts_signed_pending_and_resolved_events(receiver, notifier, s
     settings.AGENVOY_PUBLIC_URL = "https://approve.example"
     target, secret = await sync_to_async(notify.add_target)("webhook", receiver.url)
     call = await sync_to_async(pending_call)()
-    await wait_for(lambda: len(receiver.requests) >= 1, what="the pending event")
+    await await_until(lambda: len(receiver.requests) >= 1, 15, what="the pending event")
     got = receiver.requests[0]
     assert got["path"] == "/hook"
     assert got["headers"]["content-type"] == "application/json"
@@ -163,7 +150,7 @@ async def test_it_posts_signed_pending_and_resolved_events(receiver, notifier, s
     await sync_to_async(ToolCall.objects.filter(id=call.id).update)(
         status="skipped", decision="deny", decided_by="op", ended_at=timezone.now()
     )
-    await wait_for(lambda: len(receiver.requests) >= 2, what="the resolved event")
+    await await_until(lambda: len(receiver.requests) >= 2, 15, what="the resolved event")
     got = receiver.requests[1]
     assert verify(secret, got["headers"], got["body"])
     assert got["headers"]["webhook-id"] != receiver.requests[0]["headers"]["webhook-id"]
@@ -190,10 +177,11 @@ async def test_it_retries_after_a_500_with_the_same_webhook_id(notifier):
     with Receiver(answers=[500]) as receiver:
         target, secret = await sync_to_async(notify.add_target)("webhook", receiver.url)
         await sync_to_async(pending_call)()
-        row = await wait_for(
+        row = await await_until(
             lambda: Delivery.objects.filter(
                 target=target, attempts=1, last_status_code=500, status="pending"
             ).first(),
+            15,
             what="the first attempt failing",
         )
         assert row.last_error == "HTTP 500 Internal Server Error"
@@ -201,12 +189,14 @@ async def test_it_retries_after_a_500_with_the_same_webhook_id(notifier):
         assert wait == pytest.approx(5, abs=0.5)  # the first retry is due 5 s later
         # Move the retry forward instead of waiting 5 s.
         await sync_to_async(Delivery.objects.filter(id=row.id).update)(next_attempt_at=timezone.now())
-        await wait_for(lambda: len(receiver.requests) >= 2, what="the retry")
+        await await_until(lambda: len(receiver.requests) >= 2, 15, what="the retry")
         first, again = receiver.requests[:2]
         assert first["headers"]["webhook-id"] == again["headers"]["webhook-id"]
         assert first["body"] == again["body"]
         assert verify(secret, again["headers"], again["body"])
-        row = await wait_for(lambda: Delivery.objects.filter(id=row.id, status="sent").first(), what="sent")
+        row = await await_until(
+            lambda: Delivery.objects.filter(id=row.id, status="sent").first(), 15, what="sent"
+        )
         assert (row.attempts, row.last_status_code, row.last_error) == (2, 200, "")
 
 
@@ -218,8 +208,8 @@ async def test_it_marks_a_delivery_failed_after_the_last_retry(notifier):
         row = await sync_to_async(notify.queue_test)(target)
         # As if five attempts had failed already: this one is the last.
         await sync_to_async(Delivery.objects.filter(id=row.id).update)(attempts=5)
-        row = await wait_for(
-            lambda: Delivery.objects.filter(id=row.id, status="failed").first(), what="failed"
+        row = await await_until(
+            lambda: Delivery.objects.filter(id=row.id, status="failed").first(), 15, what="failed"
         )
         assert (row.attempts, row.last_status_code) == (6, 503)
 
@@ -231,11 +221,11 @@ async def test_it_counts_no_answer_in_10_s_as_a_failure(notifier):
         target, _ = await sync_to_async(notify.add_target)("webhook", receiver.url)
         row = await sync_to_async(notify.queue_test)(target)
         started = time.monotonic()
-        row = await wait_for(
+        row = await await_until(
             lambda: Delivery.objects.filter(
                 id=row.id, attempts=1, last_error__startswith="no answer"
             ).first(),
-            seconds=20,
+            20,
             what="the attempt timing out",
         )
         assert 9.5 <= time.monotonic() - started < 15
@@ -249,7 +239,7 @@ async def test_it_pushes_to_ntfy_with_title_click_and_tags(receiver, notifier, s
     target, secret = await sync_to_async(notify.add_target)("ntfy", receiver.url)
     assert secret == ""
     call = await sync_to_async(pending_call)(tool="get-sum")
-    await wait_for(lambda: receiver.requests, what="the ntfy push")
+    await await_until(lambda: receiver.requests, 15, what="the ntfy push")
     got = receiver.requests[0]
     assert got["body"].decode() == "get-sum on every is waiting for approval"
     assert got["headers"]["title"] == "Approval needed: get-sum"
@@ -258,8 +248,8 @@ async def test_it_pushes_to_ntfy_with_title_click_and_tags(receiver, notifier, s
     assert "webhook-signature" not in got["headers"]
     # ntfy hears of confirmations that wait, not of their end.
     await sync_to_async(ToolCall.objects.filter(id=call.id).update)(status="expired", decision="expired")
-    await wait_for(
-        lambda: ToolCall.objects.filter(id=call.id, notified=notify.TOLD_ALL).exists(), what="told"
+    await await_until(
+        lambda: ToolCall.objects.filter(id=call.id, notified=notify.TOLD_ALL).exists(), 15, what="told"
     )
     assert await sync_to_async(Delivery.objects.filter(target=target).count)() == 1
 

@@ -1,5 +1,5 @@
 """Servers that need OAuth (SPEC 16), against the real authorization server and protected MCP
-server of tests/oauthlab/ and a live console: detection and `needs_authorization`, the
+server of tests/servers/oauthlab/ and a live console: detection and `needs_authorization`, the
 authorization-code flow through the consent page and `/oauth/callback`, the failures of the
 flow, client credentials, renewal (before expiry, after a restart, refused) and forgetting;
 and in process, the encrypted rows, the expiry the provider loads, and the pure helpers."""
@@ -15,9 +15,9 @@ from django.utils import timezone
 
 from mcpcore import notify, oauth, schemas
 from mcpcore.models import OAuthAccount, mask_config, unmask_config
-from mcpcore.supervisor import oauth as upstream
+from mcpcore.supervisor import upstream
 from tests.live import db_rows, signed_in, wait_until
-from tests.oauthlab.run import NOT_AUTHORIZED, Lab, consent
+from tests.servers.oauthlab.run import NOT_AUTHORIZED, Lab, consent
 
 MACHINE = ("machine", "machine-secret-4711")
 WHOAMI = "mcp__lab__whoami"

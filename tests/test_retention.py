@@ -12,8 +12,7 @@ from django.utils import timezone
 
 from mcpcore import notify, retention
 from mcpcore.models import Delivery, NotificationTarget, ToolCall
-from tests import sqlrows as rows
-from tests.live import wait_until
+from tests.live import CALL_COLUMNS, call_row, insert_call_rows, wait_until
 
 DAY = datetime.timedelta(days=1)
 LONG = "".join(chr(0x61 + i % 26) for i in range(5000)) + "é" * 100  # > 1,024 characters
@@ -44,7 +43,7 @@ def delivery(c: ToolCall, target: NotificationTarget) -> Delivery:
 
 
 def test_it_writes_raw_rows_with_the_models_columns():
-    assert tuple(f.column for f in ToolCall._meta.concrete_fields) == rows.COLUMNS
+    assert tuple(f.column for f in ToolCall._meta.concrete_fields) == CALL_COLUMNS
 
 
 @pytest.mark.django_db
@@ -156,11 +155,11 @@ def test_it_prunes_a_history_100_days_old_on_a_serve_whose_clock_runs_ahead(cons
     100 days old there."""
     con = console({}, {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": "+100d"}, start=False)
     now = datetime.datetime.now(datetime.UTC)
-    old_done = rows.row(now, status="done", result="old")  # 100 days old in serve's time
-    old_pending = rows.row(now, status="pending", result="")
-    cut_me = rows.row(now + 50 * DAY, status="done", result=LONG, raw_result=LONG)  # 50 days old
-    fresh = rows.row(now + 95 * DAY, status="error", result=LONG)  # 5 days old
-    rows.insert(con.data / "db.sqlite3", [old_done, old_pending, cut_me, fresh])
+    old_done = call_row(now, status="done", result="old")  # 100 days old in serve's time
+    old_pending = call_row(now, status="pending", result="")
+    cut_me = call_row(now + 50 * DAY, status="done", result=LONG, raw_result=LONG)  # 50 days old
+    fresh = call_row(now + 95 * DAY, status="error", result=LONG)  # 5 days old
+    insert_call_rows(con.data / "db.sqlite3", [old_done, old_pending, cut_me, fresh])
     try:
         console.start(con)
 

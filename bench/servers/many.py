@@ -4,7 +4,7 @@
 
 Registers MANY_TOOLS tools in all: `tool_000` ... (each echoes its `text`) and `bump`.
 `bump(description)` gives `tool_000` a new description and announces the change in both
-protocol eras (like tests/mcpservers/dynamic.py), so a watcher re-lists this server.
+protocol eras (like tests/servers/dynamic.py), so a watcher re-lists this server.
 """
 
 import argparse

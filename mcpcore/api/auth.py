@@ -11,10 +11,11 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
-from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import cache, db, schemas
+from .. import db, schemas
+from ..bearer import authenticate
+from ..calls import CallError
 from ..choices import TokenRole
 from ..models import ApiToken, ToolCall
 
@@ -30,13 +31,18 @@ class ApiError(Exception):
         self.status = status
 
 
+# What a view (or its `prepare`) raises to answer `{"error": message}` with its status: its own
+# refusals, the input contract's, and the call path's (`calls.CallError`).
+ANSWERS = (ApiError, schemas.InputError, CallError)
+
+
 class ApiRequest(HttpRequest):
     """A `/v1` request as its view gets it from `api_view`."""
 
     api_token: ApiToken  # the caller's token (auth passed, its rights checked)
     prepared: Any  # what `api_view(prepare=...)` returned
     wait_seconds: float  # `POST /v1/mcp/call`: how long to wait for the call's end
-    client_gone: "asyncio.Future[None]"  # done when the client went away (api.handler only)
+    client_gone: "asyncio.Future[None]"  # done when the client went away (api.app only)
 
 
 def error(message: str, status: int) -> JsonResponse:
@@ -45,25 +51,6 @@ def error(message: str, status: int) -> JsonResponse:
 
 def _token_of(request: HttpRequest) -> ApiToken | None:
     return authenticate(request.headers.get("Authorization", ""))
-
-
-def authenticate(authorization_header_value: str | None) -> ApiToken | None:
-    """The live (not revoked) token named by an `Authorization: Bearer <token>` value, or None.
-
-    Sync (it reads the database): call it from async code through `mcpcore.db` (`read`, or
-    within a `write` job). Shared by `/v1` and the console's MCP endpoints, so both accept
-    exactly the same tokens."""
-    scheme, _, value = (authorization_header_value or "").partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        return None
-    token = cache.token(ApiToken.hash(value.strip()))  # a revoked token is never served from it
-    if token is not None:
-        now = timezone.now()
-        # Touch last_used at most once a minute: a write per call would cost throughput.
-        if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-            token.last_used_at = now  # the kept copy too (the column is not watched)
-    return token
 
 
 def _reject_constant(name: str):
@@ -120,7 +107,7 @@ def admin_only(what: str) -> Right:
 _ANY_METHOD = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 # The one table of who may do what, keyed by (URL name, method). A `/v1` route without an
-# entry answers 403 to every token (and fails tests/test_roles.py): add its rule here.
+# entry answers 403 to every token (and fails tests/api/test_roles.py): add its rule here.
 RIGHTS: dict[tuple[str, str], Right] = {
     ("api-mcp-tools", "GET"): ANY,
     ("api-mcp-status", "GET"): ANY,
@@ -262,9 +249,10 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
     before it writes); its result is `request.prepared`. The call path uses it so that a call
     costs one trip before it runs.
 
-    The view gets an `ApiRequest` (the token as `request.api_token`); ApiError and the input
-    contract's InputError (`mcpcore.schemas`) become its JSON answer, and any other exception
-    a logged 500 without details (never a traceback in the answer).
+    The view gets an `ApiRequest` (the token as `request.api_token`); ApiError, the input
+    contract's InputError (`mcpcore.schemas`) and the call path's CallError (`ANSWERS`) become
+    its JSON answer, and any other exception a logged 500 without details (never a traceback
+    in the answer).
     """
 
     def wrap(view: Callable) -> Callable:
@@ -292,7 +280,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
             if denied is None:
                 try:
                     request.prepared = prepare(request)
-                except (ApiError, schemas.InputError) as exc:
+                except ANSWERS as exc:
                     return error(exc.message, exc.status)
             return denied
 
@@ -308,7 +296,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
                     return denied
                 try:
                     return await view(request, *args, **kwargs)
-                except (ApiError, schemas.InputError) as exc:
+                except ANSWERS as exc:
                     return error(exc.message, exc.status)
                 except Exception:
                     log.exception("unhandled error in %s", request.path)
@@ -322,7 +310,7 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
                     if denied is not None:
                         return denied
                     return view(request, *args, **kwargs)
-                except (ApiError, schemas.InputError) as exc:
+                except ANSWERS as exc:
                     return error(exc.message, exc.status)
                 except Exception:
                     log.exception("unhandled error in %s", request.path)

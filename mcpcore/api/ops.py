@@ -10,10 +10,11 @@ from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
 from .. import db, metrics
+from ..bearer import authenticate
 from ..choices import CALL_ENDED, TokenRole
 from ..models import ToolCall, iso
 from ..schemas import ExportQuery, InputError
-from .auth import ApiError, api_view, authenticate, error
+from .auth import ApiError, api_view, error
 
 # --- export (SPEC 18.2) ------------------------------------------------------------------------
 

@@ -28,8 +28,8 @@ urlpatterns = [
     _named("rules", views.rules_view),
     _named("hooks/claude-code", views.claude_code_hook),
     _named("calls/export", ops.calls_export),
-    _named("views", views.views_view),
-    _named("views/remove", views.views_remove),
+    _named("views", views.toolviews_view),
+    _named("views/remove", views.toolviews_remove),
     path("<path:rest>", views.not_found, name="api-not-found"),
     # What <path:> can't match ("" and paths with newlines) also answers JSON, after auth.
     re_path(r"^[\s\S]*\Z", views.not_found, name="api-not-found-any"),

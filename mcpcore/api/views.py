@@ -7,8 +7,9 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.utils import timezone
 
-from .. import allowlist, cache, control, files, serverconfig, viewstore
+from .. import allowlist, control, files, serverconfig, toolviewstore
 from ..choices import CallStatus
+from ..db import cache
 from ..models import Server, Tool, ToolCall, mask_config
 from ..schemas import (
     AllowEdit,
@@ -76,8 +77,8 @@ def allowlist_view(request: ApiRequest) -> JsonResponse:
 @api_view(("GET",))
 def mcp_tools(request: ApiRequest) -> JsonResponse:
     scope = cache.scope(request.api_token)
-    rows = viewstore.prefilter(Tool.objects.select_related("server"), scope)
-    tools = viewstore.narrow(rows.order_by("registered_name"), scope)
+    rows = toolviewstore.prefilter(Tool.objects.select_related("server"), scope)
+    tools = toolviewstore.narrow(rows.order_by("registered_name"), scope)
     trust = files.trust_states(tools)
     return JsonResponse({"tools": [{**t.to_dict(), "trust": trust[t.registered_name]} for t in tools]})
 
@@ -135,17 +136,17 @@ def mcp_instructions(request: ApiRequest) -> JsonResponse:
 
 
 @api_view(("GET", "POST"))
-def views_view(request: ApiRequest) -> JsonResponse:
+def toolviews_view(request: ApiRequest) -> JsonResponse:
     if request.method == "GET":
-        return JsonResponse({"views": viewstore.listing(request.api_token)})
+        return JsonResponse({"views": toolviewstore.listing(request.api_token)})
     edit = ViewEdit.check(json_body(request))
-    view = viewstore.save(edit.name, edit.description, edit.include, edit.exclude)
-    return JsonResponse({"ok": True, "view": viewstore.to_dict(view, viewstore.registered_names())})
+    view = toolviewstore.save(edit.name, edit.description, edit.include, edit.exclude)
+    return JsonResponse({"ok": True, "view": toolviewstore.to_dict(view, toolviewstore.registered_names())})
 
 
 @api_view(("POST",))
-def views_remove(request: ApiRequest) -> JsonResponse:
-    if not viewstore.remove(ViewRef.check(json_body(request)).name):
+def toolviews_remove(request: ApiRequest) -> JsonResponse:
+    if not toolviewstore.remove(ViewRef.check(json_body(request)).name):
         raise ApiError("view not found", 404)
     return JsonResponse({"ok": True})
 
@@ -189,18 +190,15 @@ def _create_call(request: ApiRequest) -> ToolCall:
 
     body = json_body(request)
     request.wait_seconds = CallWait.check(body).wait
-    try:
-        return calls.create(
-            request.api_token,
-            "",
-            body.get("name"),
-            body.get("arguments"),
-            body.get("session_id"),
-            body.get("mode"),
-            local=calls.local_supervisor(request),
-        )
-    except calls.CallError as exc:
-        raise ApiError(exc.message, exc.status) from None
+    return calls.create(
+        request.api_token,
+        "",
+        body.get("name"),
+        body.get("arguments"),
+        body.get("session_id"),
+        body.get("mode"),
+        local=calls.local_supervisor(request),
+    )
 
 
 @api_view(("POST",), prepare=_create_call)
@@ -262,10 +260,7 @@ async def mcp_call_cancel(request: ApiRequest, call_id: str) -> JsonResponse:
     from .. import calls
 
     cid = _uuid_or_404(call_id, "call not found")
-    try:
-        await calls.stop(cid, calls.local_supervisor(request))
-    except calls.CallError as exc:
-        raise ApiError(exc.message, exc.status) from None
+    await calls.stop(cid, calls.local_supervisor(request))
     return JsonResponse({"ok": True})
 
 
@@ -283,17 +278,14 @@ async def confirm(request: ApiRequest, session_id: str, confirm_id: str) -> Json
 
     body = json_body(request)
     token = request.api_token
-    try:
-        await calls.respond(
-            session_id,
-            confirm_id,
-            body,
-            _who(request),
-            lambda c: reply_refusal(token, c),
-            local=calls.local_supervisor(request),
-        )
-    except calls.CallError as exc:
-        raise ApiError(exc.message, exc.status) from None
+    await calls.respond(
+        session_id,
+        confirm_id,
+        body,
+        _who(request),
+        lambda c: reply_refusal(token, c),
+        local=calls.local_supervisor(request),
+    )
     return JsonResponse({"ok": True})
 
 
@@ -351,38 +343,36 @@ async def claude_code_hook(request: ApiRequest) -> JsonResponse:
     the one call path (rules, grants, allowances, inbox), held until decided or `wait` seconds;
     then the event's JSON. Nobody deciding in time cancels the prompt: Claude Code asks at the
     terminal instead."""
-    from .. import calls, db, hooks
+    from .. import calls, db
+    from . import claude_hooks
 
     body = _hook_body(request)
     try:
-        wait = hooks.wait_seconds(request.GET.get("wait"))
+        wait = claude_hooks.wait_seconds(request.GET.get("wait"))
     except ValueError as exc:
         raise ApiError(str(exc)) from None
     token = request.api_token
     session = body.session_id.strip()
-    try:
-        call = await db.write(
-            calls.create_permission_prompt,
-            token,
-            body.tool_name,
-            body.tool_input,
-            f"cc:{session or token.name}",
-            body.tool_use_id or None,
-            via="hook",
-            cwd=body.cwd,
-        )
-    except calls.CallError as exc:
-        raise ApiError(exc.message, exc.status) from None
+    call = await db.write(
+        calls.create_permission_prompt,
+        token,
+        body.tool_name,
+        body.tool_input,
+        f"cc:{session or token.name}",
+        body.tool_use_id or None,
+        via="hook",
+        cwd=body.cwd,
+    )
     await calls.submit(call)
     ended = await _until_gone(request, calls.wait(call, wait), wait)
     timed_out = False
     if ended is None or not ended.ended:
         # Nobody decided in time (or Claude Code gave up): the prompt leaves the inbox.
         timed_out = await db.run(
-            calls.finish, call.id, "cancelled", hooks.timed_out_text(wait), decided_at=timezone.now()
+            calls.finish, call.id, "cancelled", claude_hooks.timed_out_text(wait), decided_at=timezone.now()
         )
         await calls.announce(str(call.id))
         ended = await calls.get(call.id)
     if ended is None:
         return JsonResponse({})
-    return JsonResponse(hooks.answer(body.hook_event_name, ended, wait, timed_out))
+    return JsonResponse(claude_hooks.answer(body.hook_event_name, ended, wait, timed_out))

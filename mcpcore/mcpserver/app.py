@@ -18,7 +18,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
 from .. import db, names
-from ..api.auth import authenticate
+from ..bearer import authenticate
 from . import handlers
 from .changes import Changes
 

@@ -9,7 +9,7 @@ differs by token then.
 
 What changed is learnt from the channel layer: the supervisor sends `status.changed` to the
 group `control.STATUS` whenever a server is added, removed, connected, lost or re-registered,
-and `viewstore` sends it (with `"views": true`) when a view is saved or removed, so every web
+and `toolviewstore` sends it (with `"views": true`) when a view is saved or removed, so every web
 process (Redis in scale-out) hears it. An audience is told only when the list its clients
 would get is really different.
 """

@@ -22,8 +22,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .. import cache, calls, db, names, viewstore
+from .. import calls, db, names, toolviewstore
 from ..choices import CallStatus, Mode, ServerState, Via
+from ..db import cache
 from ..instructions import instructions_block
 from ..models import ApiToken, Server, Tool, ToolCall
 from ..schemas import PromptArguments, json_schema
@@ -60,7 +61,7 @@ def text_result(text: str, is_error: bool) -> dict:
     return {"content": [{"type": "text", "text": text}], "isError": is_error}
 
 
-def view_name(endpoint: str) -> str | None:
+def toolview_name(endpoint: str) -> str | None:
     """The view of a `v/<view>` endpoint, else None."""
     return endpoint[len(VIEW) :] if endpoint.startswith(VIEW) else None
 
@@ -76,10 +77,10 @@ def server_of(endpoint: str) -> str | None:
 def within(endpoint: str) -> Callable[[str], bool] | None:
     """The endpoint's own narrowing: its view's selection on `v/<view>` (nothing in it when the
     view is gone), else None."""
-    view = view_name(endpoint)
+    view = toolview_name(endpoint)
     if view is None:
         return None
-    return viewstore.selection_of(view) or (lambda registered: False)
+    return toolviewstore.selection_of(view) or (lambda registered: False)
 
 
 def visible_for(endpoint: str, token: ApiToken | None) -> Callable[[str], bool] | None:
@@ -97,10 +98,12 @@ def endpoint_tools(endpoint: str, token: ApiToken | None, connected_only: bool =
         rows = rows.filter(server__name=server)
     if connected_only:
         rows = rows.filter(server__enabled=True, server__state=ServerState.CONNECTED)
-    view = view_name(endpoint)
+    view = toolview_name(endpoint)
     # A view's tools are read by its patterns, not picked out of every tool.
-    rows = viewstore.prefilter(rows, cache.scope(token), viewstore.selection_of(view) if view else None)
-    return viewstore.narrow(
+    rows = toolviewstore.prefilter(
+        rows, cache.scope(token), toolviewstore.selection_of(view) if view else None
+    )
+    return toolviewstore.narrow(
         rows.order_by("server__name", "position", "tool_name"), visible_for(endpoint, token)
     )
 
@@ -150,14 +153,14 @@ def find_tool(endpoint: str, name: str, token: ApiToken | None) -> Tool | None:
     server = server_of(endpoint)
     if server is not None:
         registered = names.registered_name(server, name)
-        if not viewstore.holds(visible, registered):
+        if not toolviewstore.holds(visible, registered):
             return None
         return rows.filter(server__name=server, tool_name=name).first()
     first, sep, tool = name.partition(names.SEP)
     if (
         sep
         and names.is_valid_server_name(first)
-        and viewstore.holds(visible, names.registered_name(first, tool))
+        and toolviewstore.holds(visible, names.registered_name(first, tool))
     ):
         hit = rows.filter(server__name=first, tool_name=tool).first()
         if hit is not None and exposed(hit, ALL) == name:
@@ -178,9 +181,9 @@ def admits(endpoint: str | None, token: ApiToken) -> bool:
     if endpoint in (ALL, PERMISSION):
         return True
     scope = cache.scope(token)
-    view = view_name(endpoint)
+    view = toolview_name(endpoint)
     if view is not None:
-        return cache.view(view) is not None and (scope is None or view in scope.views)
+        return cache.toolview(view) is not None and (scope is None or view in scope.views)
     if not cache.server_exists(endpoint):
         return False
     if scope is None:
@@ -205,7 +208,7 @@ def instructions_for(endpoint: str, token: ApiToken | None) -> str:
         servers = {server for server, registered in rows if visible(registered)}
         pairs = [(n, t) for n, t in pairs if n in servers]
     block = instructions_block(pairs)
-    view = cache.view(view_name(endpoint) or "") if endpoint.startswith(VIEW) else None
+    view = cache.toolview(toolview_name(endpoint) or "") if endpoint.startswith(VIEW) else None
     description = view.description.strip() if view is not None else ""
     return "\n\n".join(part for part in (description, block) if part)
 

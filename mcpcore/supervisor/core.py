@@ -5,7 +5,9 @@ SupervisorConsumer (`consumer.py`) hands over here, and, in the process that hos
 (`serve`), the small interface of `calls.LocalSupervisor` (`holds`, `run`, `pick_up`,
 `cancel`, `running`), which the process wiring (`mcpcore.runtime`) puts in each request's
 ASGI scope. Its sessions and the call runner reach it through `session.SessionHost`.
-Everything here runs on one event loop.
+Its tasks run on one event loop; its database work (the lease claims and renewals of
+`_leases`, the file syncs, the call rows) goes to `mcpcore.db`'s database threads and comes
+back to that loop.
 """
 
 import asyncio
@@ -26,8 +28,7 @@ from django.utils import timezone
 
 from .. import calls, control, db, files, notify, retention
 from ..models import Server, Worker
-from . import oauth as upstream
-from . import runner
+from . import runner, upstream
 from .session import ServerSession
 
 log = logging.getLogger("mcpcore.supervisor")

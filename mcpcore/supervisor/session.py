@@ -20,8 +20,7 @@ from mcp import Client
 from .. import control, db, notify, oauth
 from ..choices import ServerState, Transport
 from ..models import Server
-from . import oauth as upstream
-from . import registry, transport
+from . import registry, transport, upstream
 
 log = logging.getLogger("mcpcore.supervisor")
 

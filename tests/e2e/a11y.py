@@ -1,4 +1,4 @@
-"""Accessibility checks in a real Chromium: axe-core (npm, pinned in servers/package.json) run
+"""Accessibility checks in a real Chromium: axe-core (npm, pinned in tests/servers/package.json) run
 on a page at desktop and phone width, and a walk of the page with the Tab key.
 
 Every result is kept in `RESULTS`; tests/e2e/conftest.py prints them at the end of the run, one
@@ -9,7 +9,7 @@ from playwright.sync_api import Page
 from tests.e2e.browser import DESKTOP, PHONE
 from tests.live import ROOT
 
-AXE = ROOT / "servers/node_modules/axe-core/axe.min.js"
+AXE = ROOT / "tests/servers/node_modules/axe-core/axe.min.js"
 IMPACTS = ("critical", "serious", "moderate", "minor")
 FAILING = ("critical", "serious")
 RESULTS: list[str] = []  # "label @width: counts", printed in the terminal summary
@@ -44,7 +44,7 @@ def axe(page: Page, label: str) -> list[str]:
     """axe-core on the page as it is, at 1280 and at 390 px (where nothing may scroll
     sideways, SPEC 15). The serious and critical violations, as readable lines; every result
     goes to RESULTS."""
-    assert AXE.is_file(), f"{AXE} is missing: `make setup-test` installs servers/package.json"
+    assert AXE.is_file(), f"{AXE} is missing: `make setup-test` installs tests/servers/package.json"
     problems: list[str] = []
     for size in (DESKTOP, PHONE):
         page.set_viewport_size(size)

@@ -2,7 +2,7 @@
 fresh data folder with no server and no token, sign in, add the example server (PyPI
 `mcp-server-time`, from the console's own environment) with one click, connect an agent, see its
 untrusted call wait on the Pending page, approve it, see the call end. Then the keyboard alone
-approves, and every page of mcpcore/urls.py, empty and filled, passes axe-core with no serious
+approves, and every page of mcpcore/web/urls.py, empty and filled, passes axe-core with no serious
 or critical violation at 1280 and 390 px, and takes the Tab key to each of its controls.
 
 Run on its own: `pytest -m e2e tests/e2e/test_first_run_browser.py`. The per-page results are
@@ -16,7 +16,7 @@ import sqlite3
 import pytest
 from playwright.sync_api import Page, expect
 
-import mcpcore.urls
+import mcpcore.web.urls
 from tests.e2e import a11y
 from tests.e2e.browser import answer, call_in_background, console_with_user, shoot_into, sign_in
 from tests.live import ROOT
@@ -28,7 +28,7 @@ USER, PASSWORD = "operator", "e2e-password-1"
 NOW = "mcp__time__get_current_time"
 CONVERT = "mcp__time__convert_time"
 
-# What each URL name of mcpcore/urls.py was checked as: the pages by the state they were seen
+# What each URL name of mcpcore/web/urls.py was checked as: the pages by the state they were seen
 # in (PAGES_SEEN, filled in as the tests go), the actions by the page their answer lands on.
 ACTIONS = {
     "server-example": "servers (redirect)",
@@ -337,9 +337,9 @@ def test_it_passes_axe_and_the_tab_walk_on_every_other_page(page, console, agent
     seen(page, "servers", "two servers, one in error")
     shoot(page, "10-servers-more")
 
-    names = {p.name for p in mcpcore.urls.urlpatterns}
+    names = {p.name for p in mcpcore.web.urls.urlpatterns}
     missing = names - set(PAGES_SEEN) - set(ACTIONS)
-    assert not missing, f"pages of mcpcore/urls.py nobody checked: {sorted(missing)}"
+    assert not missing, f"pages of mcpcore/web/urls.py nobody checked: {sorted(missing)}"
     assert not set(ACTIONS) - names, "ACTIONS names a page that no longer exists"
     assert not PROBLEMS, "\n".join(PROBLEMS)
 

@@ -1,5 +1,5 @@
 """Issue 20's browser scenario in a real Chromium: a server added by URL that asks for OAuth shows
-`Needs authorization`; `Authorize` goes to the OAuth lab's consent page (tests/oauthlab/) and,
+`Needs authorization`; `Authorize` goes to the OAuth lab's consent page (tests/servers/oauthlab/) and,
 on `Approve`, back to the console through the real redirects; the server connects and lists its
 tools, and a call approved through the gate reaches the tool with the console's token. `Deny`
 brings the person back to `authorization failed: access_denied`.
@@ -16,19 +16,12 @@ from playwright.sync_api import expect
 from tests.e2e import a11y
 from tests.e2e.browser import answer, call_in_background, console_with_user, nav, shoot, sign_in
 from tests.live import wait_until
-from tests.oauthlab.app import fingerprint
-from tests.oauthlab.run import Lab
+from tests.servers.oauthlab.app import fingerprint
+from tests.servers.oauthlab.run import Lab
 
 pytestmark = pytest.mark.e2e
 
 USER, PASSWORD = "oauth-operator", "e2e-password-20"
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    lab = Lab(tmp_path_factory.mktemp("lab")).start()
-    yield lab
-    lab.close()
 
 
 @pytest.fixture(scope="module")

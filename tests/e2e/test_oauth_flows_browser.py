@@ -12,20 +12,12 @@ import pytest
 
 from tests.e2e.browser import console_with_user, sign_in
 from tests.live import wait_until
-from tests.oauthlab.run import Lab
 
 pytestmark = pytest.mark.e2e
 
 USER, PASSWORD = "flows-operator", "e2e-password-29"
 NAMES = ("one", "two", "three")
 BOUND = 2.0  # seconds, from the request (or the click) to the authorization server's URL
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    lab = Lab(tmp_path_factory.mktemp("lab")).start()
-    yield lab
-    lab.close()
 
 
 @pytest.fixture(scope="module")

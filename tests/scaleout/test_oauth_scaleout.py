@@ -1,5 +1,5 @@
 """Issue 20 in the scale-out layout (SPEC 9 + 16): two web processes, two workers, Redis,
-PostgreSQL and the OAuth lab (tests/oauthlab/) with 5 s access tokens. The flow starts on one
+PostgreSQL and the OAuth lab (tests/servers/oauthlab/) with 5 s access tokens. The flow starts on one
 web process and its callback lands on the other; after `kill -9` of the worker holding the
 server the other worker serves it with the stored tokens, and the renewals counted at the lab,
 while calls run through both web processes, come from one holder at a time: no refresh token is
@@ -16,9 +16,9 @@ import httpx2
 import pytest
 
 from tests.live import background, wait_until
-from tests.oauthlab.app import fingerprint
-from tests.oauthlab.run import Lab, authorize, leaks
 from tests.scaleout.cluster import Cluster, signed_in_browser
+from tests.servers.oauthlab.app import fingerprint
+from tests.servers.oauthlab.run import Lab, authorize, leaks
 
 pytestmark = pytest.mark.scaleout
 

@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from mcpcore import viewstore
-from mcpcore.choices import TokenRole
-from mcpcore.models import ApiToken
+from ... import toolviewstore
+from ...choices import TokenRole
+from ...models import ApiToken
 
 
 class Command(BaseCommand):
@@ -28,7 +28,7 @@ class Command(BaseCommand):
     def handle(self, name, role, no_auto, views, **options):
         limited = None
         if views is not None:
-            limited, unknown = viewstore.known_views(views)
+            limited, unknown = toolviewstore.known_toolviews(views)
             if unknown:
                 raise CommandError(f"unknown view: {', '.join(unknown)}")
         _, token = ApiToken.issue(name, may_auto=not no_auto, role=role, views=limited)

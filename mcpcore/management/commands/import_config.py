@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from mcpcore import files, serverconfig
+from ... import files, serverconfig
 
 
 class Command(BaseCommand):

@@ -4,8 +4,8 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from mcpcore.runtime import Runtime
-from mcpcore.supervisor import Supervisor
+from ...runtime import Runtime
+from ...supervisor import Supervisor
 
 
 class Command(BaseCommand):

@@ -6,9 +6,8 @@ from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
-from mcpcore.runtime import Runtime
-from mcpcore.supervisor import Supervisor
-
+from ...runtime import Runtime
+from ...supervisor import Supervisor
 from .serve import EmbeddedServer
 
 

@@ -8,8 +8,8 @@ import daphne.http_protocol
 from django.core.management.base import BaseCommand
 from twisted.internet import defer, reactor
 
-from mcpcore.runtime import Runtime
-from mcpcore.supervisor import Supervisor
+from ...runtime import Runtime
+from ...supervisor import Supervisor
 
 
 class EmbeddedServer(daphne.server.Server):

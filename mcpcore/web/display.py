@@ -1,0 +1,543 @@
+"""What the pages show: values formatted for people (results, durations, diffs of a changed
+definition, the client configuration to copy) and the rows and context each page renders, read
+from the database. No request handling: that is `views.py`'s.
+"""
+
+import datetime
+import difflib
+import hashlib
+import html
+import json
+import uuid
+from typing import TYPE_CHECKING, TypedDict
+from urllib.parse import quote
+
+from django.conf import settings
+from django.core.validators import URLValidator
+from django.db.models import Prefetch, Q
+from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
+
+from .. import allowlist, files, retention, serverconfig, toolviewstore
+from ..choices import CallDecision, CallStatus
+from ..models import ApiToken, NotificationTarget, PermissionGrant, Server, ToolCall, View, transport_of
+from . import live
+from .forms import (
+    schema_fields,
+)
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+
+PAGE_SIZE = 50
+
+
+RESULT_HEAD = 8000  # characters of a result the history list loads (enough for small images)
+
+
+def file_problems() -> list[tuple[str, str]]:
+    found = [(n, files.file_problem(n)) for n in (files.MCP_JSON, files.ALLOW_TOOL, files.RULES)]
+    return [(n, p) for n, p in found if p]
+
+
+def pretty(value) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+def result_view(text: str, complete: bool = True) -> dict:
+    """How to show a result string: its images, audio and text when it is the JSON object of
+    SPEC 4, pretty JSON when it is other JSON, else the text as it is."""
+    if complete and text[:1] in "{[":
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and any(_media_key(k) for k in data):
+            media = sorted((k for k in data if _media_key(k)), key=_media_order)
+            images = [data[k] for k in media if k.startswith("image_") and _data_url(data[k], "image/")]
+            audio = [data[k] for k in media if k.startswith("audio_") and _data_url(data[k], "audio/")]
+            body = data.get("text")
+            return {"images": images, "audio": audio, "text": body if isinstance(body, str) else ""}
+        if isinstance(data, (dict, list)):
+            return {"text": pretty(data), "json": True}
+    return {"text": text}
+
+
+def _media_key(key: str) -> bool:
+    kind, _, n = key.partition("_")
+    return kind in ("image", "audio") and n.isdigit()
+
+
+def _media_order(key: str) -> tuple[str, int]:
+    kind, _, n = key.partition("_")
+    return kind, int(n)
+
+
+def _data_url(value: object, kind: str) -> bool:
+    return isinstance(value, str) and value.startswith(f"data:{kind}")
+
+
+def example_only(rows: list) -> bool:
+    """The example server is the only server: the page says what to try with it."""
+    if len(rows) != 1 or rows[0].name != serverconfig.EXAMPLE_NAME:
+        return False
+    return rows[0].config.get("command") == str(serverconfig.example_command())
+
+
+def storage() -> dict:
+    """The Servers page footer: what the history holds and how long it is kept (SPEC 18.1)."""
+    return {
+        **retention.storage(),
+        "history_days": settings.AGENVOY_HISTORY_DAYS,
+        "result_days": settings.AGENVOY_RESULT_DAYS,
+    }
+
+
+# What the server page shows of a tool. Rows rather than model objects: building a thousand Tool
+# objects cost more than rendering their checkboxes.
+_TOOL_SHOWN = (
+    "tool_name", "registered_name", "title", "description", "input_schema", "annotations",
+    "digest", "llm_safe", "position",
+)  # fmt: skip
+
+
+def trust_context(server: Server) -> dict:
+    entries = files.current_allow()
+    match = allowlist.Matcher(entries)
+    own = allowlist.entries_for(entries, server.prefix)
+    tools = list(server.tools.order_by("position", "tool_name").values_list(*_TOOL_SHOWN, named=True))
+    names = {t.registered_name for t in tools}
+    trust = files.trust_states(tools, match)
+    rows = [
+        {
+            "tool": t,
+            "name": t.tool_name,
+            "registered": t.registered_name,
+            "allowed": match(t.registered_name),
+            "changed": trust[t.registered_name] == "changed",
+        }
+        for t in tools
+    ]
+    return {
+        "server": server,
+        "trust_tools": rows,
+        "changed_tools": [row for row in rows if row["changed"]],
+        "all_allowed": f"{server.prefix}*" in own,
+        "own_entries": own,
+        "stale_entries": [e for e in own if e not in names and not e.endswith("*")],
+    }
+
+
+def _linebreaks(text: str) -> SafeString:
+    """The `linebreaksbr` filter for a plain string, without the filter's lazy-string wrappers
+    (they took about 17 µs a tool here, more than the rest of a card's strings)."""
+    return mark_safe(html.escape(text.replace("\r\n", "\n").replace("\r", "\n")).replace("\n", "<br>"))
+
+
+def tool_card(tool, change: dict | None, try_form_url: str, open_try: bool) -> dict:
+    """What the page shows of one tool, as plain values: a server can have a thousand, and each
+    lookup through a model object or filter in the template costs microseconds per tool."""
+    quoted = quote(tool.tool_name)
+    return {
+        "tool": tool,
+        "id": str(tool.position),
+        "name": tool.tool_name,
+        "title": tool.title if tool.title != tool.tool_name else "",
+        "llm_safe": tool.llm_safe,
+        "registered": tool.registered_name,
+        "description": _linebreaks(tool.description),
+        "schema": pretty(tool.input_schema),
+        "annotations": pretty(tool.annotations) if tool.annotations else "",
+        "change": change,
+        "open": open_try,
+        "fields": schema_fields(tool.input_schema) if open_try else None,
+        "try_get": f"{try_form_url}?tool={quoted}",
+        "try_href": f"?try={quoted}#tool-{tool.position}",
+    }
+
+
+def trust_message(name: str, prefix: str, entries: list[str]) -> str:
+    if entries == [f"{prefix}*"]:
+        return f"Saved: every tool of {name} runs without asking."
+    if not entries:
+        return f"Saved: every tool of {name} waits for a person."
+    n = len(entries)
+    return f"Saved: {n} tool{'s' if n != 1 else ''} of {name} run{'s' if n == 1 else ''} without asking."
+
+
+def reconnect_message(outcome: dict[str, str]) -> str:
+    return (
+        "Reconnect: " + "; ".join(f"{n}: {o}" for n, o in outcome.items())
+        if outcome
+        else "Reconnect: there are no servers."
+    )
+
+
+def preview_row(name: str, config: dict, exists: bool) -> dict:
+    args = config.get("args") or []
+    return {
+        "name": name,
+        "transport": transport_of(config) or "?",
+        "target": config.get("url") or " ".join([config.get("command", ""), *args]),
+        "env": sorted((config.get("env") or {}).keys()),
+        "headers": sorted((config.get("headers") or {}).keys()),
+        "disabled": bool(config.get("disabled")),
+        "replaces": exists,
+    }
+
+
+def reply_message(call: ToolCall) -> str:
+    replies: dict[str, str] = {
+        CallDecision.APPROVE: "Approved",
+        CallDecision.REMEMBER: "Approved and remembered",
+        CallDecision.SESSION: f"Approved for session {call.session_id}",
+        CallDecision.GRANT: "Approved for 1 hour",
+        CallDecision.DENY: "Denied",
+    }
+    return f"{replies.get(call.decision, call.decision)}: {call.tool_name}."
+
+
+def page_cursor(raw: str | None) -> tuple[datetime.datetime, uuid.UUID] | None:
+    """A page cursor `<created_at ISO>~<call id>`; anything else is no cursor."""
+    if not raw:
+        return None
+    stamp, _, cid = raw.partition("~")
+    try:
+        when = datetime.datetime.fromisoformat(stamp)
+        return (when if when.tzinfo else when.replace(tzinfo=datetime.UTC)), uuid.UUID(cid)
+    except ValueError:
+        return None
+
+
+def _cursor_of(call: ToolCall) -> str:
+    stamp = call.created_at.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"{stamp}~{call.id}"
+
+
+def history_page(rows, before, after, parts=None) -> dict:
+    """Keyset pages, newest first, over (created_at, id): cheap at any depth, no COUNT(*).
+    `parts`, when given, are querysets whose rows together are the page's (see `tool_parts`):
+    each is read up to a page and the pages merged."""
+    querysets = parts if parts is not None else [rows]
+    if after is not None:
+        when, cid = after
+        found = _merged(
+            [
+                q.filter(created_at__gte=when).filter(Q(created_at__gt=when) | Q(id__gt=cid))
+                for q in querysets
+            ],
+            ("created_at", "id"),
+            rows,
+        )
+        newer = len(found) > PAGE_SIZE
+        page = found[:PAGE_SIZE][::-1]
+        older = True
+    else:
+        if before is not None:
+            when, cid = before
+            querysets = [
+                q.filter(created_at__lte=when).filter(Q(created_at__lt=when) | Q(id__lt=cid))
+                for q in querysets
+            ]
+        found = _merged(querysets, ("-created_at", "-id"), rows)
+        older = len(found) > PAGE_SIZE
+        page = found[:PAGE_SIZE]
+        newer = before is not None
+    return {
+        "calls": [_history_row(c) for c in page],
+        "older": _cursor_of(page[-1]) if older and page else None,
+        "newer": _cursor_of(page[0]) if newer and page else None,
+    }
+
+
+def _merged(querysets: list, order: tuple[str, str], rows) -> list:
+    """The first PAGE_SIZE + 1 rows, in `order`, of the union of `querysets`. Of several, only
+    the keys are read from each, then the rows of the merged page, once each, from `rows`."""
+    if len(querysets) == 1:
+        return list(querysets[0].order_by(*order)[: PAGE_SIZE + 1])
+    newest_first = order[0].startswith("-")
+    keys = sorted(
+        (
+            key
+            for q in querysets
+            for key in q.order_by(*order).values_list("created_at", "id")[: PAGE_SIZE + 1]
+        ),
+        reverse=newest_first,
+    )[: PAGE_SIZE + 1]
+    found = list(rows.filter(id__in=[cid for _, cid in keys])) if keys else []
+    found.sort(key=lambda c: (c.created_at, c.id), reverse=newest_first)
+    return found
+
+
+# Above this many tool names matching a tool filter, the history is read in time order with
+# the filter applied row by row (so many names match that matching rows are near).
+TOOL_PARTS = 200
+
+
+def tool_parts(rows, text: str) -> list | None:
+    """A tool filter (part of a registered name, any case) as one queryset per matching name,
+    each served by the (tool_name, created_at) index; None for too many names (filter the
+    time-ordered rows instead). The names are found by skipping through that index, one seek
+    per distinct name, so a filter matching nothing costs no scan of the calls."""
+    names = _tool_names(TOOL_PARTS * 50)
+    if names is None:
+        return None
+    wanted = text.casefold()
+    matching = [n for n in names if wanted in n.casefold()]
+    if len(matching) > TOOL_PARTS:
+        return None
+    return [rows.filter(tool_name=n) for n in matching]
+
+
+def _tool_names(limit: int) -> list[str] | None:
+    """Every distinct tool name in the history, or None when there are more than `limit`."""
+    from django.db import connection
+
+    table, column = ToolCall._meta.db_table, "tool_name"
+    sql = (
+        f"WITH RECURSIVE names(n) AS (SELECT MIN({column}) FROM {table} UNION ALL "
+        f"SELECT (SELECT MIN({column}) FROM {table} WHERE {column} > names.n) FROM names "
+        f"WHERE names.n IS NOT NULL) SELECT n FROM names WHERE n IS NOT NULL LIMIT %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [limit + 1])
+        names = [row[0] for row in cursor.fetchall()]
+    return names if len(names) <= limit else None
+
+
+class _ResultHead(TypedDict):
+    result_head: str | None  # the history query's annotation: the first RESULT_HEAD characters
+
+
+def _history_row(call: "WithAnnotations[ToolCall, _ResultHead]") -> dict:
+    head = call.result_head or ""
+    complete = len(head) < RESULT_HEAD
+    return {
+        "call": call,
+        "args": pretty(call.arguments),
+        "result": result_view(head, complete),
+        "complete": complete,
+        "took": took(call.duration),
+    }
+
+
+def took(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def result_context(call: ToolCall) -> dict:
+    return {
+        "call": call,
+        "result": result_view(call.result) if call.ended else None,
+        "took": took(call.duration),
+    }
+
+
+def token_rows() -> list[ApiToken]:
+    rows = list(ApiToken.objects.prefetch_related(_active_grants(), "views"))
+    now = timezone.now()
+    for row in rows:
+        row.used_ago = live.ago(row.last_used_at) or "never"
+        for grant in row.grants:
+            # Time-boxed grants (SPEC 17.3) say how long they have left; the page counts down.
+            left = (grant.expires_at - now).total_seconds() if grant.expires_at else None
+            grant.left_text = live.clock(left) if left is not None else ""
+    return rows
+
+
+MCP_NAME = "agenvoy"  # the name clients give /mcp (Claude Code: tools `mcp__agenvoy__...`)
+
+
+PERMISSION_NAME = "agenvoy-permission"  # the name clients give /mcp/_permission
+
+
+def _active_grants() -> Prefetch:
+    """A token's grants in force (remembered and time-boxed), as `token.grants`."""
+    rows = PermissionGrant.in_force().order_by("tool_name", "expires_at")
+    return Prefetch("permission_grants", queryset=rows, to_attr="grants")
+
+
+def client_config(token: str, views: list[str] | None = None) -> dict:
+    """Ready-to-paste configuration of MCP clients for a token (SPEC 13.4): shown once, with
+    the token it was made for. For a token limited to views (SPEC 19) the snippets name its
+    view's endpoint `/mcp/v/<view>` (its first, by name), and each of its views is offered;
+    for any other token `/mcp`, with every view offered as a narrower endpoint."""
+    base = settings.AGENVOY_PUBLIC_URL
+    header = f"Authorization: Bearer {token}"
+    offered = (
+        sorted(views)
+        if views is not None
+        else list(View.objects.order_by("name").values_list("name", flat=True))
+    )
+    name, path = (f"{MCP_NAME}-{offered[0]}", f"/mcp/v/{offered[0]}") if views else (MCP_NAME, "/mcp")
+    server = {"type": "http", "url": f"{base}{path}", "headers": {"Authorization": f"Bearer {token}"}}
+    return {
+        "url": f"{base}{path}",
+        "claude_add": f'claude mcp add --transport http {name} {base}{path} --header "{header}"',
+        "mcp_servers": json.dumps({"mcpServers": {name: server}}, indent=2),
+        "vscode": json.dumps({"servers": {name: server}}, indent=2),
+        "views": [
+            {
+                "name": v,
+                "url": f"{base}/mcp/v/{v}",
+                "claude_add": f'claude mcp add --transport http {MCP_NAME}-{v} {base}/mcp/v/{v} --header "{header}"',
+            }
+            for v in offered
+        ],
+        "permission_add": (
+            f'claude mcp add --transport http {PERMISSION_NAME} {base}/mcp/_permission --header "{header}"'
+        ),
+        "permission_run": (
+            f'claude -p --permission-prompt-tool mcp__{PERMISSION_NAME}__approval_prompt "..."'
+        ),
+        "hooks_settings": claude_code_settings(),
+    }
+
+
+HOOK_TIMEOUT = 60  # seconds Claude Code gives the hook: above the console's default wait of 55
+
+
+def claude_code_settings() -> str:
+    """The `.claude/settings.json` block that sends every permission dialog of Claude Code to the
+    console (SPEC 17.1). The token comes from `$AGENVOY_TOKEN`, so the file holds no secret and
+    can be committed for a whole team."""
+    hook = {
+        "type": "http",
+        "url": f"{settings.AGENVOY_PUBLIC_URL}/v1/hooks/claude-code",
+        "headers": {"Authorization": "Bearer $AGENVOY_TOKEN"},
+        "allowedEnvVars": ["AGENVOY_TOKEN"],
+        "timeout": HOOK_TIMEOUT,
+    }
+    return json.dumps({"hooks": {"PermissionRequest": [{"matcher": "*", "hooks": [hook]}]}}, indent=2)
+
+
+def side_by_side(old: str, new: str) -> list[dict]:
+    """Rows of a two-column line diff: `same` rows, and `changed` rows whose missing side is
+    None (lines only in the trusted or only in the current text)."""
+    a, b = old.splitlines(), new.splitlines()
+    rows: list[dict] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            rows += [{"kind": "same", "old": x, "new": y} for x, y in zip(a[i1:i2], b[j1:j2], strict=True)]
+            continue
+        left, right = a[i1:i2], b[j1:j2]
+        for k in range(max(len(left), len(right))):
+            rows.append(
+                {
+                    "kind": "changed",
+                    "old": left[k] if k < len(left) else None,
+                    "new": right[k] if k < len(right) else None,
+                }
+            )
+    return rows
+
+
+def _sorted_json(value) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def definition_changes(tools: list) -> dict[str, dict]:
+    """For each changed tool: its pin's time and the description and schema diffs."""
+    from ..models import ToolPin
+
+    pins = {
+        p.registered_name: p
+        for p in ToolPin.objects.filter(registered_name__in=[t.registered_name for t in tools])
+    }
+    out = {}
+    for tool in tools:
+        pin = pins.get(tool.registered_name)
+        if pin is None:
+            continue
+        parts = [
+            ("Description", side_by_side(pin.description, tool.description)),
+            ("Input schema", side_by_side(_sorted_json(pin.input_schema), _sorted_json(tool.input_schema))),
+        ]
+        out[tool.registered_name] = {
+            "pinned_at": pin.pinned_at,
+            "parts": [{"title": t, "rows": r} for t, r in parts if any(x["kind"] == "changed" for x in r)],
+            "unchanged": [t for t, r in parts if all(x["kind"] == "same" for x in r)],
+        }
+    return out
+
+
+def rules_lines(text: str) -> list[str]:
+    text = text.replace("\r\n", "\n").rstrip("\n")
+    return text.split("\n") if text.strip() else []
+
+
+def pattern_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.replace("\r\n", "\n").split("\n") if line.strip()]
+
+
+def toolview_rows() -> list[dict]:
+    """Every view as `GET /v1/views` lists it, plus the tokens limited to it."""
+    tokens: dict[str, list[str]] = {}
+    for view, token in ApiToken.views.through.objects.filter(apitoken__revoked_at__isnull=True).values_list(
+        "view__name", "apitoken__name"
+    ):
+        tokens.setdefault(view, []).append(token)
+    base = settings.AGENVOY_PUBLIC_URL
+    return [
+        {**row, "url": f"{base}/mcp/v/{row['name']}", "token_names": sorted(tokens.get(row["name"], []))}
+        for row in toolviewstore.listing()
+    ]
+
+
+def _ending(call: ToolCall) -> str:
+    """How a confirmation ended, in a sentence for its page."""
+    when = call.decided_at or call.ended_at
+    at = f" at {when.astimezone(datetime.UTC):%Y-%m-%d %H:%M:%S} UTC" if when else ""
+    who = call.decided_by or "someone"
+    endings: dict[str, str] = {
+        CallDecision.APPROVE: f"Approved by {who}{at}.",
+        CallDecision.REMEMBER: f"Approved and remembered by {who}{at}.",
+        CallDecision.SESSION: f"Approved for session {call.session_id} by {who}{at}.",
+        CallDecision.GRANT: f"Approved by {who}{at}, with later calls of {call.tool_name} allowed for a while.",
+        CallDecision.DENY: f"Denied by {who}{at}." + (f" Reason: {call.reason}" if call.reason else ""),
+        CallDecision.ABORT: f"Stopped by {who}{at}: the agent was told to stop.",
+        CallDecision.EXPIRED: f"Expired{at}: nobody answered in time.",
+    }
+    said = endings.get(call.decision)
+    if said is None:
+        ended = f" at {call.ended_at.astimezone(datetime.UTC):%Y-%m-%d %H:%M:%S} UTC" if call.ended_at else ""
+        said = (
+            f"Ended ({call.status}){ended}."
+            if call.ended
+            else f"Decided ({call.decision or call.status}){at}."
+        )
+    return said
+
+
+def confirmation_context(call: ToolCall) -> dict:
+    pending = call.status == CallStatus.PENDING
+    return {
+        "call": call,
+        "item": live.pending_context([call])["pending_items"][0] if pending else None,
+        "ending": "" if pending else _ending(call),
+        "detail": True,
+    }
+
+
+DELIVERIES_SHOWN = 20  # per target on the Notifications page
+
+
+check_url = URLValidator(schemes=["http", "https"])
+
+
+def _targets() -> list[NotificationTarget]:
+    rows = list(NotificationTarget.objects.all())
+    for row in rows:
+        row.recent = list(row.deliveries.order_by("-created_at", "-id")[:DELIVERIES_SHOWN])
+    return rows
+
+
+def targets_context() -> dict:
+    targets = _targets()
+    shown = ";".join(
+        f"{t.pk}:" + ",".join(f"{d.pk}.{d.status}.{d.attempts}" for d in t.recent) for t in targets
+    )
+    return {"targets": targets, "targets_sig": hashlib.sha1(shown.encode()).hexdigest()[:16]}

@@ -1,0 +1,160 @@
+"""What the open pages show live, and the pushes that keep them current.
+
+The browser's socket (`LiveConsumer`) says which page it is on (`/ws/live/?page=servers`,
+`page=server:<name>`, `page=pending`, or nothing); `render_push` answers a supervisor or gate
+event with htmx out-of-band fragments for that page only, from one query. The views render the
+same fragments from the same functions, so a push and a reload show the same thing.
+"""
+
+import hashlib
+import json
+from urllib.parse import parse_qs
+
+from asgiref.sync import sync_to_async
+from django.db.models import Count
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from .. import oauth
+from ..choices import CallStatus
+from ..models import Server, SessionAllowance, ToolCall
+
+PENDING_SHOWN = 200  # the list and the badge stop counting here ("200+")
+
+
+def ago(when) -> str:
+    """A short "how long ago" for status tables."""
+    if when is None:
+        return ""
+    seconds = (timezone.now() - when).total_seconds()
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h ago"
+    return when.strftime("%Y-%m-%d")
+
+
+def _with_ago(server: Server) -> Server:
+    server.refreshed_ago = ago(server.last_refresh)
+    return server
+
+
+def server_rows() -> list[Server]:
+    """Every server with its tool count (one query)."""
+    return [_with_ago(s) for s in Server.objects.annotate(n_tools=Count("tools")).order_by("name")]
+
+
+def server_with_count(name: str) -> Server | None:
+    """One server for its page, with its tool count and its OAuth standing (`oauth_info`)."""
+    server = Server.objects.annotate(n_tools=Count("tools")).filter(name=name).first()
+    if server is None:
+        return None
+    server.oauth_info = oauth.page_info(server)
+    return _with_ago(server)
+
+
+def pending_calls() -> list[ToolCall]:
+    """The oldest pending confirmations first, one more than shown (to say "200+")."""
+    return list(
+        ToolCall.objects.filter(status=CallStatus.PENDING).order_by("created_at")[: PENDING_SHOWN + 1]
+    )
+
+
+def allowances() -> list[SessionAllowance]:
+    """Session allowances in force, newest first (the Pending page lists them)."""
+    rows = SessionAllowance.objects.filter(revoked_at__isnull=True).select_related("token")
+    return list(rows.order_by("-created_at")[:200])
+
+
+def badge_text(count: int) -> str:
+    if count <= 0:
+        return ""
+    return f"{PENDING_SHOWN}+" if count > PENDING_SHOWN else str(count)
+
+
+def pending_count() -> int:
+    return ToolCall.objects.filter(status=CallStatus.PENDING)[: PENDING_SHOWN + 1].count()
+
+
+def pending_context(rows: list[ToolCall]) -> dict:
+    now = timezone.now()
+    items = []
+    for call in rows[:PENDING_SHOWN]:
+        left = (call.expires_at - now).total_seconds() if call.expires_at else None
+        items.append(
+            {
+                "call": call,
+                "args": json.dumps(call.arguments, indent=2, ensure_ascii=False),
+                "seconds_left": max(0, int(left)) if left is not None else None,
+                "left_text": clock(left) if left is not None else "",
+            }
+        )
+    # What the list shows, for the browser to skip swapping in an identical list (a swap in
+    # the middle of a click would lose it). Time left is kept current by the page itself.
+    shown = ",".join(f"{c.confirm_id}" for c in rows[:PENDING_SHOWN])
+    return {
+        "pending_sig": hashlib.sha1(shown.encode()).hexdigest()[:16],
+        "pending_items": items,
+        "pending_more": len(rows) > PENDING_SHOWN,
+        "pending_badge": badge_text(len(rows)),
+    }
+
+
+def clock(seconds: float) -> str:
+    """Time left as `m:ss` (`h:mm:ss` past an hour); `0:00` once past."""
+    total = max(0, int(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def page_of(scope: dict) -> tuple[str, dict]:
+    """(page, query) the socket was opened for."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    return (query.get("page") or [""])[0], {k: v[0] for k, v in query.items()}
+
+
+def _render_status(page: str, query: dict, server_name: str) -> str:
+    if page == "servers":
+        return render_to_string(
+            "mcpcore/server_list.html#server-rows", {"servers": server_rows(), "oob": True}
+        )
+    if page == f"server:{server_name}":
+        server = server_with_count(server_name)
+        if server is None:
+            return ""
+        return render_to_string(
+            "mcpcore/server_detail.html#server-status",
+            {"server": server, "page_sig": query.get("sig", ""), "oob": True},
+        )
+    return ""
+
+
+def _render_pending(page: str) -> str:
+    if page == "pending":
+        context = pending_context(pending_calls())
+        html: str = render_to_string("mcpcore/pending_list.html#pending-list", {**context, "oob": True})
+        # Allowances come and go with replies and revoked tokens: the same push keeps them current.
+        html += render_to_string(
+            "mcpcore/pending_list.html#allowances", {"allowances": allowances(), "oob": True}
+        )
+        badge = context["pending_badge"]
+    else:
+        html, badge = "", badge_text(pending_count())
+    return html + render_to_string("base.html#pending-badge", {"pending_badge": badge, "oob": True})
+
+
+async def render_push(event: dict, scope: dict) -> str:
+    """The htmx OOB HTML for one event, for the page the socket belongs to ("" for nothing)."""
+    user = scope.get("user")
+    if user is None or not user.is_authenticated:
+        return ""
+    page, query = page_of(scope)
+    kind = event.get("type")
+    if kind == "status.changed" and isinstance(event.get("server"), str):
+        return await sync_to_async(_render_status)(page, query, event["server"])
+    if kind == "pending.changed":
+        return await sync_to_async(_render_pending)(page)
+    return ""

@@ -1,0 +1,63 @@
+"""Several people's authorization-code flows at once (SPEC 16.2, issue 29.3): flows that wait
+for their callbacks hold up nothing else. Two started through `POST /v1/mcp/authorize` and
+one through a person's `Authorize` on the server page, all at the same moment, each answered
+with its authorization URL within 2 s."""
+
+import concurrent.futures
+import time
+
+import pytest
+
+from tests.live import signed_in, wait_until
+
+pytestmark = pytest.mark.live
+
+NAMES = ("one", "two", "three")
+BOUND = 2.0  # seconds from the request to the authorization URL, for each flow
+
+
+def test_it_answers_three_flows_started_at_once_each_within_2s(module_console, lab):
+    c = module_console({n: {"url": lab.mcp_url} for n in NAMES}, start=False)
+    c.env["AGENVOY_PUBLIC_URL"] = c.url
+    module_console.start(c)
+    wait_until(
+        lambda: all(c.status()[n]["state"] == "needs_authorization" for n in NAMES),
+        30,
+        0.1,
+        what="every server waiting for a person",
+    )
+    web = signed_in(c)
+
+    def by_api(name: str) -> tuple[str, float, str]:
+        started = time.monotonic()
+        r = c.post("/v1/mcp/authorize", {"name": name})
+        assert r.status_code == 200, r.text
+        return name, time.monotonic() - started, r.json()["url"]
+
+    def by_page(name: str) -> tuple[str, float, str]:
+        started = time.monotonic()
+        r = web.post(
+            f"/servers/{name}/authorize/",
+            data={"csrfmiddlewaretoken": web.cookies["csrftoken"]},
+            headers={"Referer": f"{c.url}/servers/{name}/"},
+        )
+        assert r.status_code == 302, r.text
+        return name, time.monotonic() - started, r.headers["location"]
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            # Two flows waiting for their callbacks first, then all three at once.
+            first = [pool.submit(by_api, n) for n in NAMES[:2]]
+            for f in first:
+                f.result(60)
+            again = [
+                pool.submit(by_api, NAMES[0]),
+                pool.submit(by_api, NAMES[1]),
+                pool.submit(by_page, NAMES[2]),
+            ]
+            answers = [f.result(60) for f in first + again]
+    finally:
+        web.close()
+    for name, took, url in answers:
+        assert url.startswith(lab.url + "/authorize?"), (name, url)
+        assert took < BOUND, f"{name}: the authorization URL came after {took:.1f}s"

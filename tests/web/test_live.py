@@ -1,0 +1,98 @@
+"""Live pushes (web/live.py) and the browser socket (web/consumers.py): the same fragments as a reload, in one query, to signed-in sockets only.
+
+No MCP server runs here: servers come from an mcp.json in a temporary $AGENVOY_HOME, and their
+state, tools and calls are database rows written directly."""
+
+import re
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import AnonymousUser, User
+
+from mcpcore.models import Server, ToolCall
+from mcpcore.web import live
+from tests.rows import make_call
+
+pytestmark = pytest.mark.django_db
+
+
+def _scope(user, page: str = "", sig: str = "") -> dict:
+    query = f"page={page}" + (f"&sig={sig}" if sig else "")
+    return {"user": user, "query_string": query.encode()}
+
+
+def push(event: dict, scope: dict) -> str:
+    return async_to_sync(live.render_push)(event, scope)
+
+
+def test_it_pushes_the_server_rows_to_the_servers_page_in_one_query(every, user, django_assert_num_queries):
+    Server.objects.filter(name="every").update(state="error", last_error="gone")
+    with django_assert_num_queries(1):
+        html = push({"type": "status.changed", "server": "every"}, _scope(user, "servers"))
+    assert html.lstrip().startswith('<tbody id="server-rows" hx-swap-oob="true"')
+    assert 'data-state="error"' in html and "gone" in html
+
+
+def test_it_pushes_the_status_panel_to_that_servers_page(every, user, django_assert_num_queries):
+    with django_assert_num_queries(1):
+        html = push({"type": "status.changed", "server": "every"}, _scope(user, "server:every", "old"))
+    assert '<section id="server-status"' in html and 'hx-swap-oob="true"' in html
+    assert "The tool list has changed" in html
+    assert push({"type": "status.changed", "server": "every"}, _scope(user, "server:other")) == ""
+    assert push({"type": "status.changed", "server": "every"}, _scope(user, "pending")) == ""
+
+
+def test_it_pushes_the_pending_list_and_badge(every, user, django_assert_num_queries):
+    call = make_call()
+    # The list, and on the Pending page its session allowances (revoked tokens drop theirs).
+    with django_assert_num_queries(2):
+        html = push({"type": "pending.changed", "call_id": str(call.id)}, _scope(user, "pending"))
+    assert '<div id="allowances" hx-swap-oob="true">' in html
+    assert re.search(r'<div id="pending-list" class="pending-list" data-sig="\w+" hx-swap-oob="true"', html)
+    assert f"pending-{call.confirm_id}" in html
+    assert re.search(r'<span id="pending-badge"[^>]*hx-swap-oob="true">1</span>', html)
+    with django_assert_num_queries(1):
+        other = push({"type": "pending.changed", "call_id": str(call.id)}, _scope(user, "servers"))
+    assert "pending-list" not in other and re.search(r'id="pending-badge"[^>]*>1</span>', other)
+
+
+def test_it_pushes_nothing_to_a_signed_out_socket(every):
+    assert push({"type": "pending.changed", "call_id": "x"}, _scope(AnonymousUser(), "pending")) == ""
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_it_delivers_a_push_over_the_live_socket(agenvoy_home):
+    from asgiref.sync import sync_to_async
+    from channels.testing import WebsocketCommunicator
+
+    from mcpcore import control
+    from mcpcore.web.consumers import LiveConsumer
+
+    op = await sync_to_async(User.objects.create_user)("ws-op")
+    app = LiveConsumer.as_asgi()
+    anon = WebsocketCommunicator(app, "/ws/live/?page=pending")
+    anon.scope["user"] = AnonymousUser()
+    connected, _ = await anon.connect()
+    assert not connected
+    comm = WebsocketCommunicator(app, "/ws/live/?page=pending")
+    comm.scope["user"] = op
+    connected, _ = await comm.connect()
+    assert connected
+    await control.asend_group(control.PENDING, {"type": "pending.changed", "call_id": "x"})
+    html = await comm.receive_from(timeout=5)
+    assert 'id="pending-list"' in html and 'id="pending-badge"' in html
+    await comm.disconnect()
+
+
+def test_it_signs_the_pending_list_by_what_it_shows(signed_in, every):
+    def sig():
+        html = signed_in.get("/pending/", headers={"HX-Request": "true"}).content.decode()
+        return re.search(r'data-sig="(\w+)"', html).group(1)
+
+    empty = sig()
+    call = make_call()
+    one = sig()
+    assert one != empty and sig() == one
+    ToolCall.objects.filter(pk=call.pk).update(status="skipped")
+    assert sig() == empty

@@ -1,0 +1,110 @@
+"""The Pending page: confirmations with their arguments and time left, the replies, and session allowances.
+
+No MCP server runs here: servers come from an mcp.json in a temporary $AGENVOY_HOME, and their
+state, tools and calls are database rows written directly."""
+
+import datetime
+import re
+import uuid
+
+import pytest
+from django.utils import timezone
+
+from mcpcore import calls
+from mcpcore.models import SessionAllowance
+from tests.rows import make_call
+from tests.web.pages import allow_lines
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_lists_pending_calls_with_arguments_time_left_and_the_four_buttons(signed_in, every):
+    call = make_call(arguments={"message": "hi", "n": 2})
+    html = signed_in.get("/pending/").content.decode()
+    item = re.search(
+        rf'<article class="card pending" id="pending-{call.confirm_id}".*?</article>', html, re.S
+    ).group(0)
+    assert "echo" in item and "every" in item and "sess-1" in item
+    assert "&quot;message&quot;: &quot;hi&quot;,\n  &quot;n&quot;: 2" in item
+    assert re.search(r'data-expires="[^"]+"[^>]*>4:5\d</time> left', item)
+    for button in ("Approve", "Approve and remember", "Approve for session", "Deny"):
+        assert f">{button}</button>" in item
+    assert re.search(r'<label for="reason-[^"]+">Reason</label>', item)
+    assert re.search(r'id="pending-badge"[^>]*>1</span>', html)
+
+
+@pytest.mark.parametrize("action", ["approve", "remember", "session", "deny"])
+def test_it_applies_a_reply_to_a_pending_call(signed_in, every, agenvoy_home, action):
+    status = "skipped" if action == "deny" else "running"
+    call = make_call()
+    r = signed_in.post(
+        f"/pending/{call.confirm_id}/reply/",
+        {"session_id": "sess-1", "action": action, "reason": "not today"},
+    )
+    assert r.status_code == 302 and r["Location"] == "/pending/"
+    call.refresh_from_db()
+    assert (call.status, call.decision, call.decided_by) == (status, action, "op")
+    if action == "deny":
+        assert call.result == "Skipped by user. Reason: not today" and call.reason == "not today"
+    if action == "remember":
+        assert allow_lines(agenvoy_home) == ["mcp__every__echo"]
+    if action == "session":
+        assert SessionAllowance.objects.filter(session_id="sess-1", revoked_at__isnull=True).exists()
+
+
+def test_it_denies_without_a_reason(signed_in, every):
+    call = make_call()
+    signed_in.post(f"/pending/{call.confirm_id}/reply/", {"session_id": "sess-1", "action": "deny"})
+    call.refresh_from_db()
+    assert call.status == "skipped" and call.result == "Skipped by user"
+
+
+def test_it_says_so_when_a_confirmation_is_already_decided_or_unknown(signed_in, every):
+    call = make_call()
+    signed_in.post(f"/pending/{call.confirm_id}/reply/", {"session_id": "sess-1", "action": "approve"})
+    r = signed_in.post(
+        f"/pending/{call.confirm_id}/reply/", {"session_id": "sess-1", "action": "deny"}, follow=True
+    )
+    assert r.status_code == 200 and "confirmation already resolved or expired" in r.content.decode()
+    r = signed_in.post(
+        f"/pending/{uuid.uuid4()}/reply/", {"session_id": "sess-1", "action": "approve"}, follow=True
+    )
+    assert "confirmation not found" in r.content.decode()
+    r = signed_in.post("/pending/not-a-uuid/reply/", {"session_id": "x", "action": "approve"}, follow=True)
+    assert r.status_code == 200 and "confirmation not found" in r.content.decode()
+    r = signed_in.post(f"/pending/{call.confirm_id}/reply/", {"action": "maybe"}, follow=True)
+    assert r.status_code == 200 and "not understood" in r.content.decode()
+
+
+def test_it_says_so_when_a_confirmation_has_expired(signed_in, every):
+    call = make_call(expires_at=timezone.now() - datetime.timedelta(seconds=1))
+    r = signed_in.post(
+        f"/pending/{call.confirm_id}/reply/", {"session_id": "sess-1", "action": "approve"}, follow=True
+    )
+    assert "already resolved or expired" in r.content.decode()
+    call.refresh_from_db()
+    assert call.status == "expired"
+
+
+def test_it_answers_an_htmx_reply_with_the_list_badge_and_message(signed_in, every):
+    first, second = make_call(), make_call(session_id="sess-2")
+    r = signed_in.post(
+        f"/pending/{first.confirm_id}/reply/",
+        {"session_id": "sess-1", "action": "approve"},
+        headers={"HX-Request": "true"},
+    )
+    html = r.content.decode()
+    assert html.lstrip().startswith('<div id="pending-list"')
+    assert f"pending-{second.confirm_id}" in html and f"pending-{first.confirm_id}" not in html
+    assert re.search(r'id="pending-badge"[^>]*hx-swap-oob="true">1</span>', html)
+    assert 'id="messages"' in html and "Approved: mcp__every__echo." in html
+    assert 'id="allowances"' in html
+
+
+def test_it_revokes_a_session_allowance(signed_in, every):
+    row = SessionAllowance.objects.create(session_id="sess-9", granted_by="op")
+    assert "sess-9" in signed_in.get("/pending/").content.decode()
+    r = signed_in.post(f"/pending/allowances/{row.pk}/revoke/", headers={"HX-Request": "true"})
+    row.refresh_from_db()
+    assert row.revoked_at is not None and "sess-9" not in r.content.decode().split('id="messages"')[0]
+    assert not calls.session_allowed(None, "sess-9")
