@@ -48,6 +48,9 @@ def axe(page: Page, label: str) -> list[str]:
     problems: list[str] = []
     for size in (DESKTOP, PHONE):
         page.set_viewport_size(size)
+        # The page at rest: while an htmx request runs (a live panel loading, say) its submit
+        # buttons are dimmed on purpose, and axe would judge the dimmed colours.
+        page.wait_for_function("() => !document.querySelector('.htmx-request')")
         if not page.evaluate("typeof window.axe !== 'undefined'"):
             page.add_script_tag(path=str(AXE))
         found = page.evaluate(_RUN_AXE)
