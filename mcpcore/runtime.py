@@ -19,11 +19,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from channels.auth import AuthMiddlewareStack
+from channels.layers import get_channel_layer
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
 
 from . import calls, db, metrics
 from .api.app import ApiHandler, ApiRouter
+from .channellayer import InMemoryChannelLayer
 from .db import cache
 from .mcpserver import McpEndpoint, McpRouter
 from .supervisor import Supervisor, host
@@ -75,7 +77,12 @@ class Runtime:
 
     async def start(self) -> None:
         """Host the supervisor (if any) on the running loop: it starts in a task, so pages
-        answer while its servers connect, and calls of this process reach it from now on."""
+        answer while its servers connect, and calls of this process reach it from now on.
+        The one-process layout's channel layer settles on this loop (sync code on other
+        threads reaches it through `async_to_sync`)."""
+        layer = get_channel_layer()
+        if isinstance(layer, InMemoryChannelLayer):
+            layer.settle(asyncio.get_running_loop())
         if self.supervisor is None or self._host is not None:
             return
         self._local = self.supervisor

@@ -2,7 +2,13 @@
 with its sweep for expired entries at most once a second (a sweep on every receive made
 1,000 held calls starve the event loop)."""
 
+import asyncio
+import concurrent.futures
+import threading
+import time
+
 import pytest
+from asgiref.sync import async_to_sync
 from django.conf import settings
 
 from mcpcore.channellayer import InMemoryChannelLayer
@@ -28,3 +34,33 @@ async def test_it_delivers_to_a_group_and_sweeps_expired_messages_at_most_once_a
     await stale.send("a", {"type": "old"})
     await stale.group_send("nobody", {"type": "sweep"})  # within the same second: no sweep
     assert "a" in stale.channels
+
+
+@pytest.mark.asyncio
+async def test_a_send_from_another_thread_wakes_the_receiver_at_once():
+    """Sync code (a `/v1` view's body on a thread of `db.run_view`, a database job) sends
+    through `async_to_sync`, which there runs the send on a loop of its own: the receiver on
+    the process's loop gets it at once, not at that loop's next timer (issue 29.3)."""
+    layer = InMemoryChannelLayer()
+    layer.settle(asyncio.get_running_loop())
+    channel = await layer.new_channel()
+    await layer.group_add("g", channel)
+    sender = threading.Thread(target=async_to_sync(layer.group_send), args=("g", {"type": "hello"}))
+    started = time.monotonic()
+    sender.start()
+    try:
+        assert await asyncio.wait_for(layer.receive(channel), 10) == {"type": "hello"}
+    finally:
+        await asyncio.to_thread(sender.join, 10)
+    assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.asyncio
+async def test_a_receive_from_another_thread_is_served_by_the_process_loop():
+    layer = InMemoryChannelLayer()
+    layer.settle(asyncio.get_running_loop())
+    channel = await layer.new_channel()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = asyncio.wrap_future(pool.submit(async_to_sync(layer.receive), channel))
+        await layer.send(channel, {"type": "answer"})
+        assert await asyncio.wait_for(waiting, 10) == {"type": "answer"}
