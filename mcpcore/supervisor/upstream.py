@@ -427,6 +427,7 @@ class Flow:
     async def _callback(self) -> AuthorizationCodeResult:
         deadline = time.monotonic() + oauth.FLOW_SECONDS
         while time.monotonic() < deadline:
+            self._woken.clear()  # before the read: a wake-up that comes during it is kept
             row = await db.run(oauth.flow_code, self.flow_id)
             if row is None:
                 raise FlowFailed("authorization failed: the flow was replaced by a newer one")
@@ -436,7 +437,6 @@ class Flow:
                 return AuthorizationCodeResult(code=code["code"], state=self._state, iss=code.get("iss"))
             if status == FlowStatus.FAILED:
                 raise FlowFailed(error)
-            self._woken.clear()
             try:
                 await asyncio.wait_for(
                     self._woken.wait(), min(FLOW_POLL, max(0.0, deadline - time.monotonic()))

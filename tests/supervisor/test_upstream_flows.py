@@ -3,7 +3,9 @@ for their callbacks hold up nothing else. Two started through `POST /v1/mcp/auth
 one through a person's `Authorize` on the server page, all at the same moment, each answered
 with its authorization URL within 2 s."""
 
+import asyncio
 import concurrent.futures
+import threading
 import time
 
 import pytest
@@ -61,3 +63,32 @@ def test_it_answers_three_flows_started_at_once_each_within_2s(module_console, l
     for name, took, url in answers:
         assert url.startswith(lab.url + "/authorize?"), (name, url)
         assert took < BOUND, f"{name}: the authorization URL came after {took:.1f}s"
+
+
+@pytest.mark.asyncio
+async def test_a_callback_that_comes_while_the_row_is_read_is_not_lost(monkeypatch):
+    """`/oauth/callback` wakes the holder's flow; a wake-up that arrives while the flow reads
+    its row must not wait for the next poll (FLOW_POLL seconds): flows ended 2 s apart."""
+    from mcpcore import oauth
+    from mcpcore.choices import FlowStatus
+    from mcpcore.models import Server
+    from mcpcore.supervisor import upstream
+
+    loop = asyncio.get_running_loop()
+    flow = upstream.Flow(Server(name="srv", config={"url": "http://127.0.0.1:9/mcp"}), "flow-1")
+    reads = []
+
+    def flow_code(flow_id: str):
+        reads.append(flow_id)
+        if len(reads) == 1:  # the code arrives (and its wake-up) while this read runs
+            woken = threading.Event()
+            loop.call_soon_threadsafe(lambda: (flow.wake(), woken.set()))
+            assert woken.wait(10)
+            return FlowStatus.WAITING, {}, "", ""
+        return FlowStatus.CODE, {"code": "the-code"}, "", "someone"
+
+    monkeypatch.setattr(oauth, "flow_code", flow_code)
+    started = time.monotonic()
+    result = await asyncio.wait_for(flow._callback(), 10)
+    assert result.code == "the-code" and len(reads) == 2
+    assert time.monotonic() - started < upstream.FLOW_POLL / 2
