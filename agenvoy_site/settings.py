@@ -166,6 +166,27 @@ for _origin in CSRF_TRUSTED_ORIGINS:
         )
 SECURE_PROXY_SSL_HEADER = _proxy_ssl_header("DJANGO_SECURE_PROXY_SSL_HEADER")
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = AGENVOY_PUBLIC_URL.startswith("https://")
+# SPEC 22.3. HSTS for an https public URL on every page, also when the TLS proxy does not say
+# the request came over https (mcpcore.web.headers); no subdomains, no preload: the console
+# does not own its domain's other hosts.
+SECURE_HSTS_SECONDS = 31536000 if SESSION_COOKIE_SECURE else 0
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Pages load only the console's own scripts, styles and images (`static/`): no inline script,
+# style block or event-handler attribute in any template (tests/web/test_headers.py), and htmx
+# is told not to eval (base.html). `data:` images for the QR codes of second factors. No
+# `form-action`: Chromium applies it to a form's redirect, and `Authorize` posts and is then
+# sent to the server's authorization server.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 
 AGENVOY_HOME = Path(os.path.expanduser(os.environ.get("AGENVOY_HOME", "~/.config/agenvoy"))).resolve()
 if AGENVOY_HOME.exists() and not AGENVOY_HOME.is_dir():
@@ -222,6 +243,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "mcpcore.web.headers.StrictTransport",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

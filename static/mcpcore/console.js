@@ -2,10 +2,15 @@
 (function () {
   "use strict";
 
-  // The live socket: while it is open, the polling fallbacks (hx-trigger "every Ns
-  // [!window.agvLive]") stay quiet. On every (re)connect the live parts fetch themselves once,
-  // so nothing that happened before the socket opened is missed.
+  // The live socket: while it is open, the polling fallbacks (the parts marked
+  // data-live-quiet, hx-trigger "every Ns") stay quiet. On every (re)connect the live parts
+  // fetch themselves once, so nothing that happened before the socket opened is missed.
+  // (A trigger filter "[!window.agvLive]" would need eval, which the pages' CSP forbids.)
   window.agvLive = false;
+  document.addEventListener("htmx:confirm", function (e) {
+    var polled = !e.detail.triggeringEvent;
+    if (window.agvLive && polled && e.detail.elt.hasAttribute("data-live-quiet")) e.preventDefault();
+  });
   document.addEventListener("htmx:wsOpen", function () {
     window.agvLive = true;
     htmx.trigger(document.body, "agv-resync");
@@ -194,4 +199,10 @@
     showNotifyButton();
     look();
   });
+
+  // Forms that ask first (data-confirm="question"): a removal that loses something.
+  document.addEventListener("submit", function (e) {
+    var question = e.target.getAttribute && e.target.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) e.preventDefault();
+  }, true);
 })();

@@ -1,5 +1,7 @@
 """Accessibility checks in a real Chromium: axe-core (npm, pinned in tests/servers/package.json) run
-on a page at desktop and phone width, and a walk of the page with the Tab key.
+on a page at desktop and phone width, and a walk of the page with the Tab key; and the page's
+security headers (SPEC 22.3), with every Content-Security-Policy violation Chromium reported on
+it (`RECORD_CSP` in tests/e2e/browser.py, on every page of `new_context`).
 
 Every result is kept in `RESULTS`; tests/e2e/conftest.py prints them at the end of the run, one
 line per page and width with the violations counted by impact."""
@@ -52,7 +54,8 @@ def axe(page: Page, label: str) -> list[str]:
         # buttons are dimmed on purpose, and axe would judge the dimmed colours.
         page.wait_for_function("() => !document.querySelector('.htmx-request')")
         if not page.evaluate("typeof window.axe !== 'undefined'"):
-            page.add_script_tag(path=str(AXE))
+            # Through DevTools, not a <script> element: the page's CSP refuses inline scripts.
+            page.evaluate(AXE.read_text())
         found = page.evaluate(_RUN_AXE)
         counts = {i: sum(1 for v in found if v["impact"] == i) for i in IMPACTS}
         where = f"{label} @{size['width']}"
@@ -92,5 +95,32 @@ def tab_walk(page: Page, label: str) -> list[str]:
     return problems
 
 
+def headers(page: Page, label: str) -> list[str]:
+    """SPEC 22.3 on the page as served (fetched again with the page's cookies), and what
+    Chromium refused on it so far."""
+    got = page.request.get(page.url, max_redirects=0).headers
+    csp = got.get("content-security-policy", "")
+    directives = {d.split()[0]: d.split()[1:] for d in csp.split(";") if d.strip()}
+    problems = [
+        f"{label}: {what}"
+        for what, ok in (
+            (
+                f"Content-Security-Policy without default-src 'self': {csp!r}",
+                directives.get("default-src") == ["'self'"],
+            ),
+            (
+                f"Content-Security-Policy without frame-ancestors 'none': {csp!r}",
+                directives.get("frame-ancestors") == ["'none'"],
+            ),
+            (f"Content-Security-Policy allows inline scripts: {csp!r}", "'unsafe-inline'" not in csp),
+            ("no X-Content-Type-Options: nosniff", got.get("x-content-type-options") == "nosniff"),
+            ("no Referrer-Policy: same-origin", got.get("referrer-policy") == "same-origin"),
+        )
+        if not ok
+    ]
+    refused = page.evaluate("() => window.agvCspViolations || ['the CSP recorder is missing']")
+    return problems + [f"{label}: CSP violation: {v}" for v in refused]
+
+
 def check(page: Page, label: str) -> list[str]:
-    return axe(page, label) + tab_walk(page, label)
+    return headers(page, label) + axe(page, label) + tab_walk(page, label)

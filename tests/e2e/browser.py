@@ -63,6 +63,26 @@ def sign_in(page: Page, user: str, password: str) -> None:
     expect(page.get_by_role("heading", name="Servers")).to_be_visible(timeout=90_000)
 
 
+# Before any of the page's own scripts: every CSP violation (a blocked inline script, style or
+# eval) is kept where `a11y.headers` looks.
+RECORD_CSP = """
+window.agvCspViolations = [];
+document.addEventListener("securitypolicyviolation", e => {
+  window.agvCspViolations.push(e.violatedDirective + " blocked " + (e.blockedURI || "inline") +
+                               (e.sourceFile ? " at " + e.sourceFile + ":" + e.lineNumber : ""));
+});
+"""
+
+
+def new_context(browser, **options):
+    """A browser context as every browser test uses one: the default timeout, and Chromium's
+    CSP violations recorded on each of its pages."""
+    context = browser.new_context(**options)
+    context.set_default_timeout(TIMEOUT)
+    context.add_init_script(RECORD_CSP)
+    return context
+
+
 def launch(pw):
     return pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 

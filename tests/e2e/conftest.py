@@ -4,7 +4,7 @@ after the run."""
 import pytest
 from playwright.sync_api import sync_playwright
 
-from tests.e2e.browser import DESKTOP, TIMEOUT, launch
+from tests.e2e.browser import DESKTOP, launch, new_context
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -22,8 +22,7 @@ def page(console):
     that fixture: `console_with_user` in tests/e2e/browser.py)."""
     with sync_playwright() as pw:
         browser = launch(pw)
-        context = browser.new_context(viewport=DESKTOP, base_url=console.url)
-        context.set_default_timeout(TIMEOUT)
+        context = new_context(browser, viewport=DESKTOP, base_url=console.url)
         p = context.new_page()
         yield p
         context.close()

@@ -11,7 +11,17 @@ import json
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from tests.e2e.browser import DESKTOP, PHONE, TIMEOUT, console_with_user, launch, nav, shoot_into, sign_in
+from tests.e2e.browser import (
+    DESKTOP,
+    PHONE,
+    TIMEOUT,
+    console_with_user,
+    launch,
+    nav,
+    new_context,
+    shoot_into,
+    sign_in,
+)
 from tests.live import ROOT, Console, our_server, wait_until
 from tests.webhooks import Receiver, verify
 
@@ -75,10 +85,9 @@ def browser():
 
 @pytest.fixture(scope="module")
 def page(console, browser):
-    context = browser.new_context(viewport=DESKTOP, base_url=console.url)
+    context = new_context(browser, viewport=DESKTOP, base_url=console.url)
     context.grant_permissions(["notifications"], origin=console.url)
     context.add_init_script(RECORD_NOTIFICATIONS)
-    context.set_default_timeout(TIMEOUT)
     p = context.new_page()
     yield p
     context.close()
@@ -145,15 +154,15 @@ def test_it_raises_a_browser_notification_for_a_new_confirmation_in_the_backgrou
     nav(page, "Servers").click()
     page.get_by_role("button", name="Notify me").click()
     expect(page.get_by_role("button", name="Notifications on")).to_be_visible()
-    page.wait_for_function("window.agvNotifySeen !== null && window.agvLive === true")
+    page.wait_for_function("() => window.agvNotifySeen !== null && window.agvLive === true")
     # In front: a new confirmation is seen on the page, no notification.
     seen = pending_call(console, "while in front")
-    page.wait_for_function(f"!!window.agvNotifySeen[{json.dumps(seen['confirm_id'])}]")
+    page.wait_for_function(f"() => !!window.agvNotifySeen[{json.dumps(seen['confirm_id'])}]")
     assert page.evaluate("window.__notes.length") == 0
     # In the background: a system notification, and clicking it opens the confirmation.
     page.evaluate("window.__hidden = true")
     body = pending_call(console, "while away")
-    page.wait_for_function("window.__notes.length === 1", timeout=TIMEOUT)
+    page.wait_for_function("() => window.__notes.length === 1", timeout=TIMEOUT)
     note = page.evaluate("({title: window.__notes[0].title, options: window.__notes[0].options})")
     assert note["title"] == "Approval needed: echo"
     assert note["options"]["body"] == "echo on echo is waiting for approval"
@@ -184,7 +193,7 @@ def test_it_raises_a_browser_notification_for_a_new_confirmation_in_the_backgrou
 def test_it_updates_a_confirmation_page_when_someone_else_decides(page, console):
     body = pending_call(console, "decided elsewhere")
     page.goto(f"/pending/{body['confirm_id']}/")
-    page.wait_for_function("window.agvLive === true")
+    page.wait_for_function("() => window.agvLive === true")
     expect(page.get_by_role("button", name="Approve", exact=True)).to_be_visible()
     r = console.reply(body["session_id"], body["confirm_id"], {"approve": False, "reason": "by the API"})
     assert r.status_code == 200
@@ -232,7 +241,7 @@ def test_it_fits_every_page_in_390_px_with_44_px_inbox_buttons(page, console, br
         page.set_viewport_size(DESKTOP)
         assert scroll_width(page) <= 1280, (name, scroll_width(page))
     # Signed out: the sign-in page.
-    context = browser.new_context(viewport=PHONE, base_url=console.url)
+    context = new_context(browser, viewport=PHONE, base_url=console.url)
     other = context.new_page()
     other.goto("/login/")
     assert scroll_width(other) <= 390
@@ -243,7 +252,7 @@ def test_it_fits_every_page_in_390_px_with_44_px_inbox_buttons(page, console, br
 def test_it_stacks_the_servers_table_into_rows_on_a_phone(page, console):
     page.set_viewport_size(PHONE)
     page.goto("/")
-    page.wait_for_function("window.agvLive === true")
+    page.wait_for_function("() => window.agvLive === true")
     page.wait_for_load_state("networkidle")
     row = page.locator("#server-echo")
     expect(row).to_be_visible()
@@ -278,7 +287,7 @@ def test_it_shows_the_whole_page_when_going_back_after_an_htmx_swap(page, consol
     page.go_back()
     page.wait_for_url("**/history/?*status=done*")
     page.wait_for_function(
-        "document.querySelectorAll('#call-table').length === 1 && !!document.querySelector('nav')"
+        "() => document.querySelectorAll('#call-table').length === 1 && !!document.querySelector('nav')"
     )
     expect(nav(page, "History")).to_be_visible()
     expect(page.get_by_role("heading", name="History")).to_be_visible()

@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.claude_code import PERMISSION_REQUEST, check_shape, pending_of
-from tests.e2e.browser import PHONE, console_with_user, shoot_into, sign_in
+from tests.e2e.browser import PHONE, console_with_user, new_context, shoot_into, sign_in
 from tests.live import ROOT, our_server
 
 pytestmark = pytest.mark.e2e
@@ -133,7 +133,7 @@ def test_it_shows_a_one_tap_link_as_a_page_with_one_button_that_decides(page, co
     held = hook(pool, agent, "browser-6", "terraform apply")
     item = pending_of(console, "browser-6", 20)
     link = onetap.url(console.url, console.env["DJANGO_SECRET_KEY"], item["id"], onetap.DENY, 1)
-    phone = page.context.browser.new_context(viewport=PHONE)  # no session: what a phone opens
+    phone = new_context(page.context.browser, viewport=PHONE)  # no session: what a phone opens
     tap = phone.new_page()
     tap.goto(link)
     expect(tap.locator("#one-tap")).to_contain_text("terraform apply")

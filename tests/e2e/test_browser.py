@@ -44,7 +44,7 @@ def assert_no_reload(page: Page) -> None:
 
 def wait_live(page: Page) -> None:
     """The live socket is open (so what arrives next comes by push, not by polling)."""
-    page.wait_for_function("window.agvLive === true")
+    page.wait_for_function("() => window.agvLive === true")
 
 
 def allow_lines(console: Console) -> list[str]:
@@ -264,7 +264,7 @@ def test_it_shows_a_dead_server_on_the_open_page_without_a_reload(page, console)
     ]
     assert len(pids) == 1, pids
     os.kill(pids[0], signal.SIGKILL)
-    page.wait_for_function("window.__states.some(s => s !== 'connected')", timeout=TIMEOUT)
+    page.wait_for_function("() => window.__states.some(s => s !== 'connected')", timeout=TIMEOUT)
     assert_no_reload(page)
     # The session is renewed, and that shows too.
     expect(row).to_have_attribute("data-state", "connected", timeout=TIMEOUT)

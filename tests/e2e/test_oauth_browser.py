@@ -63,11 +63,11 @@ def test_it_shows_a_server_added_by_url_as_needing_authorization(page, console, 
 def test_it_authorizes_from_the_row_the_live_socket_updated(page, console, lab):
     # The row goes from connecting to needs_authorization by push, as a person sees it happen
     # when a server is added: a reconnect makes the socket send the row again.
-    page.wait_for_function("window.agvLive === true")
+    page.wait_for_function("() => window.agvLive === true")
     page.evaluate("document.querySelector('#server-lab').__first = true")
     assert console.post("/v1/mcp/reconnect", {"name": "lab"}).status_code == 200
     page.wait_for_function(
-        "(() => { const row = document.querySelector('#server-lab');"
+        "() => (() => { const row = document.querySelector('#server-lab');"
         " return row && !row.__first && row.dataset.state === 'needs_authorization'; })()"
     )
     page.locator("#server-lab").get_by_role("button", name="Authorize").click()
