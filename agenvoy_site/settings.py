@@ -4,6 +4,7 @@ Each variable has a default that works on a fresh machine; a bad value stops sta
 ImproperlyConfigured naming the variable.
 """
 
+import datetime
 import logging
 import os
 import secrets
@@ -239,6 +240,13 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    # Sign-in (SPEC 22.1): failed attempts limited by axes; allauth's sign-in with its second
+    # factors (TOTP, passkeys, recovery codes) and each person's sessions.
+    "axes",
+    "allauth",
+    "allauth.account",
+    "allauth.mfa",
+    "allauth.usersessions",
 ]
 
 MIDDLEWARE = [
@@ -252,6 +260,11 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+    "allauth.usersessions.middleware.UserSessionsMiddleware",
+    "mcpcore.web.signin.RequireSecondFactor",
+    # Last, as its documentation asks: it turns a lockout into the sign-in page's 429.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "agenvoy_site.urls"
@@ -335,6 +348,44 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "servers"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- signing in (SPEC 22.1; mcpcore.web.signin) ------------------------------------------------
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: a locked pair never reaches a password check
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+AGENVOY_SIGNIN_ATTEMPTS = _positive_int("AGENVOY_SIGNIN_ATTEMPTS", 5)
+AGENVOY_SIGNIN_LOCK_MINUTES = _positive_int("AGENVOY_SIGNIN_LOCK_MINUTES", 15)
+# Proxies whose X-Forwarded-For names the client (CIDRs; default none: the peer is the client).
+AGENVOY_TRUSTED_PROXIES = _networks("AGENVOY_TRUSTED_PROXIES")
+AGENVOY_REQUIRE_2FA = _bool("AGENVOY_REQUIRE_2FA", False)
+AXES_FAILURE_LIMIT = AGENVOY_SIGNIN_ATTEMPTS
+AXES_COOLOFF_TIME = datetime.timedelta(minutes=AGENVOY_SIGNIN_LOCK_MINUTES)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_LOCKOUT_CALLABLE = "mcpcore.web.signin.locked_out"
+AXES_CLIENT_IP_CALLABLE = "mcpcore.web.signin.client_address"
+AXES_USERNAME_CALLABLE = "mcpcore.web.signin.username_of"
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+ACCOUNT_ADAPTER = "mcpcore.web.signin.AccountAdapter"
+ACCOUNT_FORMS = {"login": "mcpcore.web.signin.LoginForm"}
+ACCOUNT_LOGIN_METHODS = {"username"}
+ACCOUNT_SIGNUP_FIELDS = ["username*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_SESSION_REMEMBER = True
+ACCOUNT_LOGOUT_REDIRECT_URL = "login"
+ACCOUNT_REAUTHENTICATION_REQUIRED = False
+ACCOUNT_RATE_LIMITS = False  # axes is the one limit on failed sign-ins (above)
+MFA_SUPPORTED_TYPES = ["totp", "webauthn", "recovery_codes"]
+MFA_FORMS = {"authenticate": "mcpcore.web.signin.AuthenticateForm"}
+MFA_PASSKEY_LOGIN_ENABLED = True
+# Adding or removing a factor asks for no second password entry (docs/decisions.md).
+MFA_REAUTHENTICATION_REQUIRED = False
+MFA_TOTP_ISSUER = "Agenvoy MCP console"
+MFA_RECOVERY_CODE_COUNT = 10
+# WebAuthn over plain http only where browsers allow it at all (localhost, for `make run`).
+MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = not SESSION_COOKIE_SECURE
+USERSESSIONS_TRACK_ACTIVITY = True
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

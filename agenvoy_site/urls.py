@@ -1,4 +1,4 @@
-from django.contrib.auth import views as auth_views
+from allauth.account import views as account_views
 from django.urls import include, path, re_path
 
 from mcpcore.api.ops import metrics_view
@@ -14,7 +14,10 @@ urlpatterns = [
     path("a/<str:token>", views.one_tap, name="one-tap"),
     path("v1/", include("mcpcore.api.urls")),
     path("metrics", metrics_view, name="metrics"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Signing in is allauth's (SPEC 22.1) at the console's own addresses; its other pages
+    # (second factors, password, sessions) under accounts/, reached from the Account page.
+    path("login/", account_views.login, name="login"),
+    path("logout/", account_views.logout, name="logout"),
+    path("accounts/", include("allauth.urls")),
     path("", include("mcpcore.web.urls")),
 ]

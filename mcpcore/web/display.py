@@ -541,3 +541,23 @@ def targets_context() -> dict:
         f"{t.pk}:" + ",".join(f"{d.pk}.{d.status}.{d.attempts}" for d in t.recent) for t in targets
     )
     return {"targets": targets, "targets_sig": hashlib.sha1(shown.encode()).hexdigest()[:16]}
+
+
+_BROWSERS = (("Edg/", "Edge"), ("Firefox/", "Firefox"), ("Chrome/", "Chrome"), ("Safari/", "Safari"))
+_SYSTEMS = (
+    ("Android", "Android"),
+    ("iPhone", "iOS"),
+    ("iPad", "iPadOS"),
+    ("Windows", "Windows"),
+    ("Mac OS X", "macOS"),
+    ("Linux", "Linux"),
+)
+
+
+def browser_of(user_agent: str) -> str:
+    """A session's browser as a person names it ("Chrome on Linux"), else the raw agent."""
+    browser = next((name for mark, name in _BROWSERS if mark in user_agent), "")
+    system = next((name for mark, name in _SYSTEMS if mark in user_agent), "")
+    if browser and system:
+        return f"{browser} on {system}"
+    return browser or system or (user_agent[:80] or "unknown browser")

@@ -58,7 +58,7 @@ from ..models import (
     mask_config,
 )
 from ..schemas import InputError, RulesEdit, ViewEdit
-from . import live
+from . import display, live, signin
 from .forms import (
     HistoryFilter,
     ImportForm,
@@ -893,6 +893,47 @@ def notification_remove(request: HtmxRequest, pk: int) -> HttpResponse:
     target.delete()
     messages.success(request, f"Removed {target.kind} target {target.url}.")
     return redirect("notifications")
+
+
+# --- Account (SPEC 22.1): second factors, password, sessions ---------------------------------
+
+
+@login_required
+@require_safe
+def account(request: HtmxRequest) -> HttpResponse:
+    """The person's own page: their second factors (added and removed on allauth's pages), the
+    password change, and their sessions with `Sign out` for each."""
+    from allauth.mfa.models import Authenticator
+    from allauth.usersessions.models import UserSession
+
+    kinds = set(Authenticator.objects.filter(user=request.user).values_list("type", flat=True))
+    sessions = sorted(
+        UserSession.objects.purge_and_list(request.user),
+        key=lambda s: (not s.is_current(), -s.last_seen_at.timestamp()),
+    )
+    context = {
+        "has_totp": Authenticator.Type.TOTP in kinds,
+        "passkeys": Authenticator.objects.filter(user=request.user, type=Authenticator.Type.WEBAUTHN).count(),
+        "has_recovery_codes": Authenticator.Type.RECOVERY_CODES in kinds,
+        "sessions": [(s, display.browser_of(s.user_agent)) for s in sessions],
+        "required": settings.AGENVOY_REQUIRE_2FA and not signin.has_second_factor(request.user),
+    }
+    return render(request, "mcpcore/account.html", context)
+
+
+@login_required
+@require_POST
+def session_sign_out(request: HtmxRequest, pk: int) -> HttpResponse:
+    """End one of the person's own sessions (another browser, say)."""
+    from allauth.usersessions.models import UserSession
+
+    found = get_object_or_404(UserSession, pk=pk, user=request.user)
+    current = found.is_current()
+    found.end()
+    if current:
+        return redirect("login")
+    messages.success(request, "Signed out that session.")
+    return redirect("account")
 
 
 # --- outside the navigation: one tap on the phone (SPEC 17.2) and what MCP clients probe (17.4) ---

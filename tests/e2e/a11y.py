@@ -8,7 +8,7 @@ line per page and width with the violations counted by impact."""
 
 from playwright.sync_api import Page
 
-from tests.e2e.browser import DESKTOP, PHONE
+from tests.e2e.browser import DESKTOP, DOCUMENTS, PHONE
 from tests.live import ROOT
 
 AXE = ROOT / "tests/servers/node_modules/axe-core/axe.min.js"
@@ -96,9 +96,12 @@ def tab_walk(page: Page, label: str) -> list[str]:
 
 
 def headers(page: Page, label: str) -> list[str]:
-    """SPEC 22.3 on the page as served (fetched again with the page's cookies), and what
-    Chromium refused on it so far."""
-    got = page.request.get(page.url, max_redirects=0).headers
+    """SPEC 22.3 on the page as served (its last document answer), and what Chromium refused
+    on it so far."""
+    document = DOCUMENTS.get(page)
+    if document is None:
+        return [f"{label}: no document answer seen (a page of tests/e2e/browser.py's new_context?)"]
+    got = document.headers
     csp = got.get("content-security-policy", "")
     directives = {d.split()[0]: d.split()[1:] for d in csp.split(";") if d.strip()}
     problems = [

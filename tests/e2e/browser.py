@@ -3,11 +3,12 @@ can sign in, and shots at desktop and phone width."""
 
 import os
 import threading
+import weakref
 from pathlib import Path
 
 import httpx2
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Response, expect
 
 from tests.live import ROOT, Console, Consoles
 
@@ -80,7 +81,19 @@ def new_context(browser, **options):
     context = browser.new_context(**options)
     context.set_default_timeout(TIMEOUT)
     context.add_init_script(RECORD_CSP)
+    context.on("response", _keep_document)
     return context
+
+
+# Each page's last document answer (its headers, for a11y.headers; fetching the page again
+# could change it: the authenticator app's page makes a new secret on every GET).
+DOCUMENTS: "weakref.WeakKeyDictionary[Page, Response]" = weakref.WeakKeyDictionary()
+
+
+def _keep_document(response: Response) -> None:
+    frame = response.frame
+    if response.request.is_navigation_request() and frame.parent_frame is None:
+        DOCUMENTS[frame.page] = response
 
 
 def launch(pw):

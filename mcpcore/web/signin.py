@@ -1,0 +1,136 @@
+"""Signing in (SPEC 22.1): allauth's sign-in and second factors, limited by axes, in the
+console's terms. Failed attempts count per username and client address; the client address is
+the peer, or the first `X-Forwarded-For` entry when the peer is one of AGENVOY_TRUSTED_PROXIES;
+a wrong second-factor code counts as a failed sign-in; a locked pair gets the sign-in page with
+429. AGENVOY_REQUIRE_2FA keeps a person without a second factor on the Account page."""
+
+import ipaddress
+
+from allauth.account.adapter import DefaultAccountAdapter
+from allauth.account.forms import LoginForm as AllauthLoginForm
+from allauth.mfa.base.forms import AuthenticateForm as AllauthAuthenticateForm
+from allauth.mfa.models import Authenticator
+from axes.handlers.proxy import AxesProxyHandler
+from django import forms
+from django.conf import settings
+from django.contrib.auth.signals import user_login_failed
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.template.loader import render_to_string
+
+SECOND_FACTORS = (Authenticator.Type.TOTP, Authenticator.Type.WEBAUTHN)
+
+
+def lock_message() -> str:
+    return f"Too many failed sign-ins. Try again in {settings.AGENVOY_SIGNIN_LOCK_MINUTES} minutes."
+
+
+def client_address(request: HttpRequest) -> str:
+    """The peer, or the first `X-Forwarded-For` entry when the peer is a trusted proxy."""
+    peer = request.META.get("REMOTE_ADDR", "") or ""
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+    if not forwarded or not _trusted(peer):
+        return peer
+    first = forwarded.split(",")[0].strip()
+    try:
+        return str(ipaddress.ip_address(first))
+    except ValueError:
+        return peer
+
+
+def _trusted(peer: str) -> bool:
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    return any(address in network for network in settings.AGENVOY_TRUSTED_PROXIES)
+
+
+def username_of(request: HttpRequest, credentials: dict | None) -> str:
+    """The username a sign-in is for: allauth passes `username`; its form field is `login`."""
+    credentials = credentials or {}
+    name = credentials.get("username") or credentials.get("login")
+    if not name and request is not None and request.method == "POST":
+        name = request.POST.get("login") or request.POST.get("username")
+    return name or ""
+
+
+def locked_out(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:
+    """axes' answer for a locked pair: the sign-in page with the message, 429."""
+    page = render_to_string(
+        "account/login.html", {"form": LoginForm(request=request), "locked": lock_message()}, request
+    )
+    return HttpResponse(page, status=429)
+
+
+class AccountAdapter(DefaultAccountAdapter):
+    """No sign-up: people are made by `make run`'s first admin and `createsuperuser`."""
+
+    def is_open_for_signup(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_client_ip(self, request: HttpRequest) -> str:
+        return client_address(request) or "0.0.0.0"
+
+
+class LoginForm(AllauthLoginForm):
+    """allauth's sign-in form; `username` is taken for its `login` field, as the console's
+    sign-in always posted it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        data = kwargs.get("data", args[0] if args else None)
+        if data is not None and "login" not in data and "username" in data:
+            data = data.copy()
+            data["login"] = data["username"]
+            if args:
+                args = (data, *args[1:])
+            else:
+                kwargs["data"] = data
+        super().__init__(*args, **kwargs)
+
+
+class AuthenticateForm(AllauthAuthenticateForm):
+    """The second step of a sign-in: refused while the pair is locked; a wrong code is a
+    failed sign-in (axes counts it, and locks the pair at the limit)."""
+
+    def clean_code(self) -> str:
+        from allauth.core import context
+
+        request = context.request
+        credentials = {"username": self.user.get_username()}
+        if AxesProxyHandler.is_locked(request, credentials):
+            request.axes_locked_out = True
+            raise forms.ValidationError(lock_message())
+        try:
+            return super().clean_code()
+        except forms.ValidationError:
+            user_login_failed.send(sender=AuthenticateForm, credentials=credentials, request=request)
+            raise
+
+
+def has_second_factor(user) -> bool:
+    return Authenticator.objects.filter(user=user, type__in=SECOND_FACTORS).exists()
+
+
+# Where a person without a second factor may still go under AGENVOY_REQUIRE_2FA.
+_OPEN_PREFIXES = ("/account/", "/accounts/", "/logout/", "/login/", "/static/")
+
+
+class RequireSecondFactor:
+    """AGENVOY_REQUIRE_2FA=1: a signed-in person without a second factor reaches only the
+    Account page (and allauth's pages that add one) until one is added."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest):
+        if settings.AGENVOY_REQUIRE_2FA and self._held(request):
+            return redirect("account")
+        return self.get_response(request)
+
+    @staticmethod
+    def _held(request: HttpRequest) -> bool:
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated or request.path.startswith(_OPEN_PREFIXES):
+            return False
+        return not has_second_factor(user)
