@@ -156,6 +156,13 @@ def test_a_passkey_is_added_and_signs_in_alone(page):
     expect(page.locator("dd", has_text="Manage passkeys")).to_contain_text("1")
     assert wait["credentials"] is not None
     check(page, "account (three kinds of second factor)")
+    page.get_by_role("link", name="Manage passkeys").click()
+    expect(page.get_by_text("virtual key")).to_be_visible()
+    check(page, "passkeys")
+    page.goto("/account/")
+    page.get_by_role("link", name="Change password").click()
+    expect(page.get_by_label("Current Password")).to_be_visible()
+    check(page, "password change")
 
     sign_out(page)
     check(page, "sign-in (a passkey offered)")

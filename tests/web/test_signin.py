@@ -220,3 +220,15 @@ def test_there_is_no_sign_up(client):
     assert client.get("/accounts/signup/").status_code in (200, 302, 403, 404)
     client.post("/accounts/signup/", {"username": "mallory", "password1": "x" * 12, "password2": "x" * 12})
     assert not User.objects.filter(username="mallory").exists()
+
+
+def test_the_account_page_changes_the_password(client, person):
+    sign_in(client)
+    assert "/accounts/password/change/" in client.get("/account/").content.decode()
+    new = "a-new-password-2201"
+    r = client.post(
+        "/accounts/password/change/", {"oldpassword": PASSWORD, "password1": new, "password2": new}
+    )
+    assert r.status_code == 302
+    assert sign_in(Client(), password=new).status_code == 302
+    assert sign_in(Client(REMOTE_ADDR="10.7.7.7")).status_code == 200  # the old one no longer
