@@ -238,6 +238,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",  # allauth's passkey list
     "channels",
     "django_htmx",
     # Sign-in (SPEC 22.1): failed attempts limited by axes; allauth's sign-in with its second

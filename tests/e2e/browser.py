@@ -60,7 +60,7 @@ def sign_in(page: Page, user: str, password: str) -> None:
     page.get_by_label("Username").fill(user)
     page.get_by_label("Password").fill(password)
     # Password hashing is deliberately slow; on a loaded machine the sign-in takes a while.
-    page.get_by_role("button", name="Sign in").click(timeout=90_000)
+    page.get_by_role("button", name="Sign in", exact=True).click(timeout=90_000)
     expect(page.get_by_role("heading", name="Servers")).to_be_visible(timeout=90_000)
 
 

@@ -232,3 +232,24 @@ def test_the_account_page_changes_the_password(client, person):
     assert r.status_code == 302
     assert sign_in(Client(), password=new).status_code == 302
     assert sign_in(Client(REMOTE_ADDR="10.7.7.7")).status_code == 200  # the old one no longer
+
+
+def test_every_page_the_account_page_leads_to_opens(client, person):
+    """allauth's pages in the console's look, each answering (a template library missing, a
+    layout block renamed, would be a 500 on one of them)."""
+    sign_in(client)
+    _add_authenticator_app(client)
+    for path in (
+        "/account/",
+        "/accounts/2fa/",
+        "/accounts/2fa/totp/deactivate/",
+        "/accounts/2fa/recovery-codes/",
+        "/accounts/2fa/recovery-codes/generate/",
+        "/accounts/2fa/webauthn/",
+        "/accounts/2fa/webauthn/add/",
+        "/accounts/password/change/",
+        "/accounts/sessions/",
+    ):
+        r = client.get(path)
+        assert r.status_code == 200, path
+        assert 'class="topbar"' in r.content.decode() and "Agenvoy MCP console" in r.content.decode(), path
