@@ -40,4 +40,5 @@ urlpatterns = [
     path("notifications/", views.notifications, name="notifications"),
     path("notifications/<int:pk>/test/", views.notification_test, name="notification-test"),
     path("notifications/<int:pk>/remove/", views.notification_remove, name="notification-remove"),
+    path("audit/", views.audit_page, name="audit"),
 ]

@@ -50,6 +50,7 @@ from .. import (
 from ..choices import CallStatus, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
+    AuditEntry,
     NotificationTarget,
     PermissionGrant,
     Server,
@@ -62,6 +63,7 @@ from ..models import (
 from ..schemas import InputError, RulesEdit, ViewEdit
 from . import live
 from .forms import (
+    AuditFilter,
     HistoryFilter,
     ImportForm,
     ReplyForm,
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
 
 from .display import (
     RESULT_HEAD,
+    audit_rows,
     check_url,
     claude_code_settings,
     client_config,
@@ -85,6 +88,7 @@ from .display import (
     example_only,
     file_problems,
     history_page,
+    keyset_page,
     page_cursor,
     pattern_lines,
     pretty,
@@ -897,6 +901,42 @@ def notification_remove(request: HtmxRequest, pk: int) -> HttpResponse:
     notify.remove_target(target, audit.by(request))
     messages.success(request, f"Removed {target.kind} target {target.url}.")
     return redirect("notifications")
+
+
+# --- the audit trail (Audit, SPEC 22.2) -----------------------------------------------------------
+
+
+@login_required
+@require_safe
+@htmx_page
+def audit_page(request: HtmxRequest) -> HttpResponse:
+    """Every change of what the console trusts or who may use it, newest first, in keyset
+    pages, filtered by action, actor and time. Read only: no page changes or deletes a row."""
+    form = AuditFilter(request.GET)
+    rows = AuditEntry.objects.all()
+    if form.is_valid():
+        f = form.cleaned_data
+        if f["action"]:
+            rows = rows.filter(action=f["action"])
+        if f["actor"].strip():
+            rows = rows.filter(actor=f["actor"].strip())
+        if f["since"]:
+            rows = rows.filter(at__gte=f["since"])
+        if f["until"]:
+            rows = rows.filter(at__lt=f["until"])
+    page, older, newer = keyset_page(
+        rows, "at", page_cursor(request.GET.get("before"), int), page_cursor(request.GET.get("after"), int)
+    )
+    context = {
+        "entries": audit_rows(page),
+        "older": older,
+        "newer": newer,
+        "filtered": any(request.GET.get(k) for k in ("action", "actor", "since", "until")),
+    }
+    if request.htmx:
+        return render(request, "mcpcore/audit_list.html#audit-table", context)
+    context.update(form=form, audit_days=settings.AGENVOY_AUDIT_DAYS)
+    return render(request, "mcpcore/audit_list.html", context)
 
 
 # --- outside the navigation: one tap on the phone (SPEC 17.2) and what MCP clients probe (17.4) ---
