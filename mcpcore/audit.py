@@ -59,9 +59,15 @@ def masked(value: Any) -> Any:
     """A copy of `value` with every secret masked: a server config's env and headers values and
     its OAuth client_secret (`models.mask_config`), and the value of any key in SECRET_KEYS."""
     if isinstance(value, dict):
-        value = mask_config(value)
+        out = mask_config(value)
+        for key in ("env", "headers"):  # the mark of a changed secret stays (server_states)
+            if isinstance(value.get(key), dict):
+                out[key] = {k: CHANGED if v == CHANGED else out[key][k] for k, v in value[key].items()}
+        if isinstance(value.get("oauth"), dict) and value["oauth"].get("client_secret") == CHANGED:
+            out["oauth"] = {**out["oauth"], "client_secret": CHANGED}
         return {
-            k: SECRET_MASK if k in SECRET_KEYS and v not in (None, "") else masked(v) for k, v in value.items()
+            k: SECRET_MASK if k in SECRET_KEYS and v not in (None, "", CHANGED) else masked(v)
+            for k, v in out.items()
         }
     if isinstance(value, (list, tuple)):
         return [masked(v) for v in value]
