@@ -107,12 +107,13 @@ def record(
     used when `address` is not given)."""
     if action not in AuditAction.values:
         raise ValueError(f"unknown audit action: {action}")
-    if isinstance(actor, Actor):
-        actor, address = actor.name, address or actor.address
+    name = actor.name if isinstance(actor, Actor) else actor
+    if isinstance(actor, Actor) and not address:
+        address = actor.address
     return AuditEntry.objects.create(
         action=action,
         object=str(object)[:700],
-        actor=str(actor)[:200],
+        actor=str(name)[:200],
         address=address[:64],
         before=masked(before),
         after=masked(after),

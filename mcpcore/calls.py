@@ -561,7 +561,10 @@ def reply(
                     session_id=session_id, token_id=call.token_id, granted_by=who
                 )
                 audit.record(
-                    AuditAction.ALLOWANCE_ADD, session_id, actor=by, after=allowance_state(row, call.tool_name)
+                    AuditAction.ALLOWANCE_ADD,
+                    session_id,
+                    actor=by,
+                    after=allowance_state(row, call.tool_name),
                 )
             if changed and prompt and answer.remember:
                 remember_permission(call.token, call.tool_name, who, by)
@@ -774,42 +777,44 @@ def remember_permission(
         made = PermissionGrant.objects.create(
             token=token, kind=CallKind.PERMISSION_PROMPT, tool_name=tool_name, granted_by=who
         )
-        audit.record(AuditAction.ALLOWANCE_ADD, tool_name, actor=by or audit.Actor(who), after=grant_state(made))
+        audit.record(
+            AuditAction.ALLOWANCE_ADD, tool_name, actor=by or audit.Actor(who), after=grant_state(made)
+        )
     return made
 
 
 def revoke_permission(grant_id: int, by: audit.Actor = audit.BY_SYSTEM) -> PermissionGrant | None:
     """Revoke a remembered grant; returns it when this call revoked it."""
-    grant = PermissionGrant.objects.select_related("token").filter(pk=grant_id).first()
-    if grant is None:
-        return None
-    with transaction.atomic():
-        changed = PermissionGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
-            revoked_at=timezone.now()
-        )
-        if changed:
-            audit.record(AuditAction.ALLOWANCE_REVOKE, grant.tool_name, actor=by, before=grant_state(grant))
-    return grant if changed else None
+    return _revoke(PermissionGrant, grant_id, by, lambda g: (g.tool_name, grant_state(g)))
 
 
 def revoke_allowance(allowance_id: int, by: audit.Actor) -> SessionAllowance | None:
     """End an "approve for session" allowance; returns it when this call ended it."""
-    row = SessionAllowance.objects.select_related("token").filter(pk=allowance_id).first()
+    return _revoke(SessionAllowance, allowance_id, by, lambda a: (a.session_id, allowance_state(a)))
+
+
+def _revoke(model, pk: int, by: audit.Actor, described):
+    """Set `revoked_at` on one allowance or grant still in force, with its `allowance.revoke`
+    row (`described(row)`: its object and state); the row when this call ended it."""
+    row = model.objects.select_related("token").filter(pk=pk).first()
     if row is None:
         return None
     with transaction.atomic():
-        changed = SessionAllowance.objects.filter(pk=row.pk, revoked_at__isnull=True).update(
-            revoked_at=timezone.now()
-        )
+        changed = model.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
         if changed:
-            audit.record(AuditAction.ALLOWANCE_REVOKE, row.session_id, actor=by, before=allowance_state(row))
+            object, state = described(row)
+            audit.record(AuditAction.ALLOWANCE_REVOKE, object, actor=by, before=state)
     return row if changed else None
 
 
 def allowance_state(row: SessionAllowance, tool_name: str = "") -> dict:
     """What the audit keeps of an "approve for session": for whom (the token; none for the
     console's own calls), which session, and the call's tool it was given on."""
-    state = {"allowance": "session", "token": row.token.name if row.token else "", "session_id": row.session_id}
+    state = {
+        "allowance": "session",
+        "token": row.token.name if row.token else "",
+        "session_id": row.session_id,
+    }
     return {**state, "approved_on": tool_name} if tool_name else state
 
 
@@ -872,7 +877,9 @@ def grant(
             current = PermissionGrant.objects.create(
                 token=token, kind=kind, tool_name=tool_name, granted_by=who, created_at=now, expires_at=until
             )
-        audit.record(AuditAction.ALLOWANCE_ADD, tool_name, actor=by, before=before, after=grant_state(current))
+        audit.record(
+            AuditAction.ALLOWANCE_ADD, tool_name, actor=by, before=before, after=grant_state(current)
+        )
     return current
 
 

@@ -173,7 +173,10 @@ def add_target(
     with transaction.atomic():
         target = NotificationTarget.objects.create(kind=kind, url=url, secret=secret, created_by=created_by)
         audit.record(
-            AuditAction.NOTIFY_ADD, target.name, actor=by or audit.Actor(created_by), after=target_state(target)
+            AuditAction.NOTIFY_ADD,
+            target.name,
+            actor=by or audit.Actor(created_by),
+            after=target_state(target),
         )
     return target, secret
 

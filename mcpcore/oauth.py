@@ -310,7 +310,10 @@ def callback(
     if error:
         fields |= {"status": FlowStatus.FAILED, "error": f"authorization failed: {error[:200]}"}
     else:
-        fields |= {"status": FlowStatus.CODE, "code": seal({"code": code, "iss": iss or None, "from": address})}
+        fields |= {
+            "status": FlowStatus.CODE,
+            "code": seal({"code": code, "iss": iss or None, "from": address}),
+        }
     if OAuthFlow.objects.filter(id=flow.id, status=FlowStatus.WAITING).update(**fields) != 1:
         return None
     flow.refresh_from_db()

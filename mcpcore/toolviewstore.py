@@ -60,7 +60,7 @@ def remove(name: str, by: audit.Actor = audit.BY_SYSTEM) -> bool:
         found = View.objects.filter(name=name).first()
         if found is None:
             return False
-        tokens = sorted(found.tokens.values_list("name", flat=True))
+        tokens = sorted(ApiToken.objects.filter(views=found).values_list("name", flat=True))
         audit.record(AuditAction.VIEW_REMOVE, name, actor=by, before={**state(found), "tokens": tokens})
         found.delete()  # and its rows in the tokens' views
     changed()

@@ -68,7 +68,13 @@ def test_it_refuses_an_action_the_contract_does_not_name():
 def test_it_takes_the_sign_in_actions_for_the_sign_in_work():
     for action in ("signin.ok", "signin.failed", "signin.locked", "mfa.add", "mfa.remove"):
         audit.record(action, "op", actor="op", address="192.0.2.1")
-    assert [e.action for e in rows()] == ["signin.ok", "signin.failed", "signin.locked", "mfa.add", "mfa.remove"]
+    assert [e.action for e in rows()] == [
+        "signin.ok",
+        "signin.failed",
+        "signin.locked",
+        "mfa.add",
+        "mfa.remove",
+    ]
 
 
 def test_it_names_who_a_request_is_and_where_it_came_from(django_user_model):
@@ -86,7 +92,11 @@ def test_it_marks_a_secret_an_edit_changed_without_showing_it():
     old = {"command": "x", "env": {"A": "one", "B": "same"}, "oauth": {"client_secret": "s1"}}
     new = {"command": "x", "env": {"A": "two", "B": "same", "C": "new"}, "oauth": {"client_secret": "s2"}}
     before, after = audit.server_states(old, new)
-    assert before == {"command": "x", "env": {"A": "********", "B": "********"}, "oauth": {"client_secret": "********"}}
+    assert before == {
+        "command": "x",
+        "env": {"A": "********", "B": "********"},
+        "oauth": {"client_secret": "********"},
+    }
     assert after == {
         "command": "x",
         "env": {"A": "******** (changed)", "B": "********", "C": "********"},
@@ -110,7 +120,9 @@ def test_it_records_servers_added_changed_and_removed_in_mcp_json_as_file(agenvo
         ("server.add", "a", "file", ""),
         ("server.add", "b", "file", ""),
     ]
-    (agenvoy_home / "mcp.json").write_text(json.dumps({"servers": {"a": {"command": "y", "env": {"K": "v2"}}}}))
+    (agenvoy_home / "mcp.json").write_text(
+        json.dumps({"servers": {"a": {"command": "y", "env": {"K": "v2"}}}})
+    )
     files.sync_servers()
     edit, gone = only("server.edit"), only("server.remove")
     assert (edit.object, edit.actor) == ("a", "file")
@@ -128,7 +140,12 @@ def test_it_records_allow_tool_entries_added_and_removed_on_disk_as_file(agenvoy
     files.sync_allow()
     files.sync_allow()
     first, second = rows(AuditAction.TRUST_CHANGE)
-    assert (first.actor, first.object, first.before, first.after) == ("file", "allow_tool", [], ["mcp__a__x", "mcp__a__y"])
+    assert (first.actor, first.object, first.before, first.after) == (
+        "file",
+        "allow_tool",
+        [],
+        ["mcp__a__x", "mcp__a__y"],
+    )
     assert (second.before, second.after) == (["mcp__a__x"], ["mcp__b__*"])
 
 
@@ -184,7 +201,9 @@ def test_it_records_another_programs_edit_as_file_before_the_consoles_own_change
     write_servers(agenvoy_home, {"a": {"command": "x"}})
     # The Agenvoy CLI edits both files; the console writes before its watcher looked.
     (agenvoy_home / "allow_tool").write_text("mcp__a__x\nmcp__cli__*\n")
-    (agenvoy_home / "mcp.json").write_text(json.dumps({"servers": {"a": {"command": "x"}, "cli": {"command": "c"}}}))
+    (agenvoy_home / "mcp.json").write_text(
+        json.dumps({"servers": {"a": {"command": "x"}, "cli": {"command": "c"}}})
+    )
     files.replace_allow_prefix("mcp__a__", [], by=me)
     serverconfig.remove("a", by=me)
     changes = [(e.action, e.object, e.actor, e.before, e.after) for e in rows()][2:]
@@ -200,8 +219,16 @@ def test_it_records_another_programs_edit_as_file_before_the_consoles_own_change
 
 
 def test_it_records_a_persons_authorization_but_not_renewals_or_machine_accounts():
-    oauth.store_tokens("linear", "https://l/mcp", {"access_token": "at-1", "refresh_token": "rt-1", "scope": "read"}, "op", "192.0.2.4")
-    oauth.store_tokens("linear", "https://l/mcp", {"access_token": "at-2", "refresh_token": "rt-2"})  # a renewal
+    oauth.store_tokens(
+        "linear",
+        "https://l/mcp",
+        {"access_token": "at-1", "refresh_token": "rt-1", "scope": "read"},
+        "op",
+        "192.0.2.4",
+    )
+    oauth.store_tokens(
+        "linear", "https://l/mcp", {"access_token": "at-2", "refresh_token": "rt-2"}
+    )  # a renewal
     oauth.store_tokens("machine", "https://m/mcp", {"access_token": "at-3"}, "")  # client credentials
     entry = only(AuditAction.SERVER_AUTHORIZE)
     assert (entry.object, entry.actor, entry.address, entry.before) == ("linear", "op", "192.0.2.4", None)
@@ -226,8 +253,17 @@ def test_it_records_the_operators_commands_as_system(agenvoy_home, tmp_path):
     source.write_text(json.dumps({"mcpServers": {"gh": {"command": "gh-mcp", "env": {"GH_TOKEN": "ghp_x"}}}}))
     call_command("import_config", str(source), stdout=io.StringIO())
     token, added = only(AuditAction.TOKEN_CREATE), only(AuditAction.SERVER_ADD)
-    assert (token.actor, token.object, token.after["role"], token.after["views"]) == ("system", "cli", "admin", [])
-    assert (added.actor, added.object, added.after) == ("system", "gh", {"command": "gh-mcp", "env": {"GH_TOKEN": "********"}})
+    assert (token.actor, token.object, token.after["role"], token.after["views"]) == (
+        "system",
+        "cli",
+        "admin",
+        [],
+    )
+    assert (added.actor, added.object, added.after) == (
+        "system",
+        "gh",
+        {"command": "gh-mcp", "env": {"GH_TOKEN": "********"}},
+    )
 
 
 def test_it_writes_no_audit_row_for_a_call(agenvoy_home):
@@ -253,7 +289,8 @@ def test_it_prunes_audit_rows_past_the_audit_days_in_batches(settings):
     assert settings.AGENVOY_AUDIT_DAYS == 400
     old, kept = aged(401), aged(399)
     AuditEntry.objects.bulk_create(
-        AuditEntry(at=timezone.now() - 500 * DAY, actor="op", action="token.create", object="t") for _ in range(1200)
+        AuditEntry(at=timezone.now() - 500 * DAY, actor="op", action="token.create", object="t")
+        for _ in range(1200)
     )
     cutoff = retention.audit_cutoff(timezone.now())
     assert [retention.delete_audit_batch(cutoff, 1000).audit for _ in range(3)] == [1000, 201, 0]
@@ -287,18 +324,25 @@ def test_it_never_stores_a_secret_in_any_row(api, agenvoy_home, client, django_u
         "oauth": {"client_id": "c", "client_secret": secrets[2]},
     }
     assert api.post("/v1/mcp", {"name": "m", "server": server}).status_code == 200
-    assert api.post("/v1/mcp", {"name": "m", "server": {**server, "env": {"KEY": secrets[3]}}}).status_code == 200
+    assert (
+        api.post("/v1/mcp", {"name": "m", "server": {**server, "env": {"KEY": secrets[3]}}}).status_code
+        == 200
+    )
     assert api.post("/v1/mcp/remove", {"name": "m"}).status_code == 200
     mcp_json = json.loads((agenvoy_home / "mcp.json").read_text())
     mcp_json["servers"]["disk"] = {"command": "x", "env": {"TOKEN": secrets[4]}}
     (agenvoy_home / "mcp.json").write_text(json.dumps(mcp_json))
     files.sync_servers()
-    oauth.store_tokens("disk", "https://d/mcp", {"access_token": secrets[5], "refresh_token": secrets[6]}, "op")
+    oauth.store_tokens(
+        "disk", "https://d/mcp", {"access_token": secrets[5], "refresh_token": secrets[6]}, "op"
+    )
     oauth.forget("disk")
     client.force_login(django_user_model.objects.create_user("op"))
     html = client.post("/tokens/create/", {"name": "new"}).content.decode()
     secrets.append(html.split('id="new-token">')[1].split("<")[0])
-    html = client.post("/notifications/", {"kind": "webhook", "url": "https://hooks.example/a"}).content.decode()
+    html = client.post(
+        "/notifications/", {"kind": "webhook", "url": "https://hooks.example/a"}
+    ).content.decode()
     secrets.append("whsec_" + html.split("whsec_")[1].split("<")[0])
     actions = set(AuditEntry.objects.values_list("action", flat=True))
     assert {"server.add", "server.edit", "server.remove", "server.authorize", "server.forget"} <= actions

@@ -44,6 +44,11 @@ def _window(field: str, since, until) -> Q:
     return where
 
 
+def _equal(**fields) -> Q:
+    """Each field equal to its value, those given (not None or empty) only."""
+    return Q(**{name: value for name, value in fields.items() if value})
+
+
 def _after(rows, field: str, after: tuple | None):
     """The rows after the keyset position `after` ((time, id)), in (time, id) order."""
     if after is not None:
@@ -58,12 +63,7 @@ def export_filters(params) -> tuple[Q, str, bool]:
     a bad value raises 400 `invalid <parameter>: <value>`."""
     query = _query(ExportQuery, params)
     where = _window("created_at", query.since, query.until)
-    if query.server:
-        where &= Q(server_name=query.server)
-    if query.tool:
-        where &= Q(tool_name=query.tool)
-    if query.status:
-        where &= Q(status=query.status)
+    where &= _equal(server_name=query.server, tool_name=query.tool, status=query.status)
     return where, query.format or "jsonl", query.results == "1"
 
 
@@ -199,11 +199,7 @@ AUDIT_COLUMNS = ("id", "at", "actor", "address", "action", "object", "before", "
 def audit_filters(params) -> tuple[Q, str]:
     """The query string of `GET /v1/audit` (`schemas.AuditQuery`) as (filter, format)."""
     query = _query(AuditQuery, params)
-    where = _window("at", query.since, query.until)
-    if query.action:
-        where &= Q(action=query.action)
-    if query.actor:
-        where &= Q(actor=query.actor)
+    where = _window("at", query.since, query.until) & _equal(action=query.action, actor=query.actor)
     return where, query.format or "jsonl"
 
 

@@ -927,7 +927,7 @@ def audit_page(request: HtmxRequest) -> HttpResponse:
     page, older, newer = keyset_page(
         rows, "at", page_cursor(request.GET.get("before"), int), page_cursor(request.GET.get("after"), int)
     )
-    context = {
+    context: dict[str, Any] = {
         "entries": audit_rows(page),
         "older": older,
         "newer": newer,

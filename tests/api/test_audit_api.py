@@ -60,7 +60,12 @@ def test_it_streams_every_row_oldest_first_as_json_lines(api):
     assert [g["object"] for g in got] == ["o0", "o1", "o2"]
     assert got[0] == AuditEntry.objects.get(object="o0").to_dict()
     assert set(got[0]) == {"id", "at", "actor", "address", "action", "object", "before", "after"}
-    assert (got[0]["actor"], got[0]["address"], got[0]["after"], got[0]["before"]) == ("op", "192.0.2.1", {"n": 0}, None)
+    assert (got[0]["actor"], got[0]["address"], got[0]["after"], got[0]["before"]) == (
+        "op",
+        "192.0.2.1",
+        {"n": 0},
+        None,
+    )
 
 
 def test_it_filters_by_time_action_and_actor(api):
@@ -84,7 +89,10 @@ def test_it_streams_csv_with_before_and_after_as_compact_json(api):
     rows = list(csv.reader(io.StringIO(body(r).decode())))
     assert rows[0] == ["id", "at", "actor", "address", "action", "object", "before", "after"]
     assert rows[1][2:] == ["cli", "", "trust.change", "mcp__a__", '["mcp__a__x"]', '["mcp__a__*"]']
-    assert body(api.get("/v1/audit?format=csv&actor=nobody")).decode() == "id,at,actor,address,action,object,before,after\r\n"
+    assert (
+        body(api.get("/v1/audit?format=csv&actor=nobody")).decode()
+        == "id,at,actor,address,action,object,before,after\r\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -104,7 +112,9 @@ def test_it_refuses_a_bad_parameter_as_the_export_does(api, query, message):
 def test_it_streams_many_rows_in_chunks_in_order(api, monkeypatch):
     monkeypatch.setattr(ops, "CHUNK", 7)
     same = timezone.now() - datetime.timedelta(days=1)  # rows of one instant: ordered by id
-    AuditEntry.objects.bulk_create(AuditEntry(at=same, actor="op", action="token.create", object=f"o{i}") for i in range(30))
+    AuditEntry.objects.bulk_create(
+        AuditEntry(at=same, actor="op", action="token.create", object=f"o{i}") for i in range(30)
+    )
     trips = []
     real = ops.audit_chunk
     monkeypatch.setattr(ops, "audit_chunk", lambda *a, **k: trips.append(1) or real(*a, limit=7))
@@ -124,10 +134,20 @@ def test_it_describes_the_route_in_the_openapi_description(client):
 
 def test_it_records_servers_added_edited_and_removed_through_v1(api, agenvoy_home):
     api.post("/v1/mcp", {"name": "gh", "server": {"command": "gh-mcp", "env": {"GH_TOKEN": "ghp_clear"}}})
-    assert (recorded(AuditAction.SERVER_ADD).object, recorded(AuditAction.SERVER_ADD).after["env"]) == ("gh", {"GH_TOKEN": "********"})
-    api.post("/v1/mcp", {"name": "gh", "server": {"command": "gh-mcp", "env": {"GH_TOKEN": "********"}, "args": ["-v"]}})
+    assert (recorded(AuditAction.SERVER_ADD).object, recorded(AuditAction.SERVER_ADD).after["env"]) == (
+        "gh",
+        {"GH_TOKEN": "********"},
+    )
+    api.post(
+        "/v1/mcp",
+        {"name": "gh", "server": {"command": "gh-mcp", "env": {"GH_TOKEN": "********"}, "args": ["-v"]}},
+    )
     edit = recorded(AuditAction.SERVER_EDIT)
-    assert (edit.before.get("args"), edit.after["args"], edit.after["env"]) == (None, ["-v"], {"GH_TOKEN": "********"})
+    assert (edit.before.get("args"), edit.after["args"], edit.after["env"]) == (
+        None,
+        ["-v"],
+        {"GH_TOKEN": "********"},
+    )
     api.post("/v1/mcp/remove", {"name": "gh"})
     assert recorded(AuditAction.SERVER_REMOVE).before["args"] == ["-v"]
     assert "ghp_clear" not in json.dumps(list(AuditEntry.objects.values()), default=str)
@@ -174,7 +194,11 @@ def test_it_records_allowances_made_by_a_v1_reply(api, agenvoy_home):
     }  # fmt: skip
     reply("b", "s-2", {"remember_for": 600})
     timed = recorded(AuditAction.ALLOWANCE_ADD)
-    assert (timed.object, timed.after["allowance"], timed.after["token"]) == ("mcp__srv__b", "for a time", "laptop")
+    assert (timed.object, timed.after["allowance"], timed.after["token"]) == (
+        "mcp__srv__b",
+        "for a time",
+        "laptop",
+    )
     reply("c", "s-3", {"remember": True})
     trust = recorded(AuditAction.TRUST_CHANGE)
     assert (trust.object, trust.after) == ("mcp__srv__c", ["mcp__srv__c"])

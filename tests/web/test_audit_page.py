@@ -6,7 +6,6 @@ import datetime
 import json
 import re
 
-import pytest
 from django.utils import timezone
 
 from mcpcore import audit, calls, oauth
@@ -19,7 +18,9 @@ ME = ("op", "127.0.0.1")  # the test client's address
 
 def recorded(action: str) -> AuditEntry:
     found = list(AuditEntry.objects.filter(action=action).order_by("id"))
-    assert found, f"no {action} row; rows: {list(AuditEntry.objects.values_list('action', 'object', 'actor'))}"
+    assert found, (
+        f"no {action} row; rows: {list(AuditEntry.objects.values_list('action', 'object', 'actor'))}"
+    )
     entry = found[-1]
     assert (entry.actor, entry.address) == ME, (entry.actor, entry.address)
     return entry
@@ -47,11 +48,16 @@ def test_it_links_the_audit_page_from_the_navigation(signed_in):
 
 
 def test_it_shows_each_change_newest_first_with_who_where_and_before_and_after(signed_in):
-    audit.record(AuditAction.VIEW_ADD, "docs", actor=audit.Actor("op", "192.0.2.8"), after={"include": ["mcp__a__*"]})
+    audit.record(
+        AuditAction.VIEW_ADD, "docs", actor=audit.Actor("op", "192.0.2.8"), after={"include": ["mcp__a__*"]}
+    )
     audit.record(AuditAction.VIEW_REMOVE, "docs", actor="cli", before={"include": ["mcp__a__*"]})
     html = signed_in.get("/audit/").content.decode()
     rows = re.findall(r'<tr id="audit-(\d+)">(.*?)</tr>', html, re.S)
-    assert [r[1].split("</td>")[1].strip() for r in rows] == ['<td class="nowrap">view.remove', '<td class="nowrap">view.add']
+    assert [r[1].split("</td>")[1].strip() for r in rows] == [
+        '<td class="nowrap">view.remove',
+        '<td class="nowrap">view.add',
+    ]
     assert "192.0.2.8" in rows[1][1] and "cli" in rows[0][1]
     assert "<summary>after</summary><pre>{\n  &quot;include&quot;: [\n    &quot;mcp__a__*&quot;" in rows[1][1]
 
@@ -89,7 +95,7 @@ def test_it_answers_htmx_with_the_table_alone(signed_in):
     fill(2, timezone.now())
     r = signed_in.get("/audit/?action=token.create", HTTP_HX_REQUEST="true")
     html = r.content.decode()
-    assert html.lstrip().startswith('<div id="audit-table">') and "<nav aria-label=\"Main\">" not in html
+    assert html.lstrip().startswith('<div id="audit-table">') and '<nav aria-label="Main">' not in html
     assert "HX-Request" in r["Vary"]
 
 
@@ -109,12 +115,25 @@ def test_it_needs_a_signed_in_person(client):
 
 
 def test_it_records_a_server_added_edited_disabled_and_removed_on_the_pages(signed_in, agenvoy_home):
-    signed_in.post("/add-server/", {"name": "fresh", "transport": "stdio", "command": "node", "env": "TOKEN=abc\n"})
+    signed_in.post(
+        "/add-server/", {"name": "fresh", "transport": "stdio", "command": "node", "env": "TOKEN=abc\n"}
+    )
     added = recorded(AuditAction.SERVER_ADD)
-    assert (added.object, added.before, added.after) == ("fresh", None, {"type": "stdio", "command": "node", "env": {"TOKEN": "********"}})
-    signed_in.post("/servers/fresh/edit/", {"name": "fresh", "transport": "stdio", "command": "deno", "env": "TOKEN=xyz\n"})
+    assert (added.object, added.before, added.after) == (
+        "fresh",
+        None,
+        {"type": "stdio", "command": "node", "env": {"TOKEN": "********"}},
+    )
+    signed_in.post(
+        "/servers/fresh/edit/",
+        {"name": "fresh", "transport": "stdio", "command": "deno", "env": "TOKEN=xyz\n"},
+    )
     edit = recorded(AuditAction.SERVER_EDIT)
-    assert (edit.before["command"], edit.after["command"], edit.after["env"]) == ("node", "deno", {"TOKEN": "******** (changed)"})
+    assert (edit.before["command"], edit.after["command"], edit.after["env"]) == (
+        "node",
+        "deno",
+        {"TOKEN": "******** (changed)"},
+    )
     signed_in.post("/servers/fresh/disable/")
     assert recorded(AuditAction.SERVER_EDIT).after["disabled"] is True
     signed_in.post("/servers/fresh/remove/")
@@ -134,7 +153,11 @@ def test_it_records_an_import_and_the_example_server(signed_in, agenvoy_home):
 def test_it_records_the_trust_editor_with_the_entries_added_and_removed(signed_in, every):
     signed_in.post("/servers/every/trust/", {"tools": ["mcp__every__echo", "mcp__every__add"]})
     first = recorded(AuditAction.TRUST_CHANGE)
-    assert (first.object, first.before, first.after) == ("mcp__every__", [], ["mcp__every__add", "mcp__every__echo"])
+    assert (first.object, first.before, first.after) == (
+        "mcp__every__",
+        [],
+        ["mcp__every__add", "mcp__every__echo"],
+    )
     signed_in.post("/servers/every/trust/", {"all": "1"})
     second = recorded(AuditAction.TRUST_CHANGE)
     assert (second.before, second.after) == (["mcp__every__add", "mcp__every__echo"], ["mcp__every__*"])
@@ -144,14 +167,21 @@ def test_it_records_the_rules_page(signed_in, agenvoy_home):
     signed_in.post("/rules/", {"rules": "deny mcp__a__x\nask mcp__b__*"})
     signed_in.post("/rules/", {"rules": "ask mcp__b__*"})
     entries = AuditEntry.objects.filter(action=AuditAction.RULES_CHANGE).order_by("id")
-    assert [(e.before, e.after) for e in entries] == [([], ["deny mcp__a__x", "ask mcp__b__*"]), (["deny mcp__a__x"], [])]
+    assert [(e.before, e.after) for e in entries] == [
+        ([], ["deny mcp__a__x", "ask mcp__b__*"]),
+        (["deny mcp__a__x"], []),
+    ]
     assert recorded(AuditAction.RULES_CHANGE).object == "rules"
 
 
 def test_it_records_views_added_edited_and_removed(signed_in, every):
     form = {"name": "docs", "description": "Docs.", "include": "mcp__every__*", "exclude": ""}
     signed_in.post("/views/", form)
-    assert recorded(AuditAction.VIEW_ADD).after == {"description": "Docs.", "include": ["mcp__every__*"], "exclude": []}
+    assert recorded(AuditAction.VIEW_ADD).after == {
+        "description": "Docs.",
+        "include": ["mcp__every__*"],
+        "exclude": [],
+    }
     signed_in.post("/views/", {**form, "exclude": "mcp__every__add"})
     edit = recorded(AuditAction.VIEW_EDIT)
     assert (edit.before["exclude"], edit.after["exclude"]) == ([], ["mcp__every__add"])
@@ -163,10 +193,17 @@ def test_it_records_views_added_edited_and_removed(signed_in, every):
 
 def test_it_records_a_token_made_and_revoked_with_its_role_and_views_never_its_value(signed_in, every):
     signed_in.post("/views/", {"name": "docs", "description": "", "include": "mcp__every__*", "exclude": ""})
-    html = signed_in.post("/tokens/create/", {"name": "ci", "role": "approver", "views": ["docs"]}).content.decode()
+    html = signed_in.post(
+        "/tokens/create/", {"name": "ci", "role": "approver", "views": ["docs"]}
+    ).content.decode()
     secret = re.search(r'id="new-token">(agv_[^<]+)<', html).group(1)
     made = recorded(AuditAction.TOKEN_CREATE)
-    assert (made.object, made.after["role"], made.after["views"], made.after["limited_to_views"]) == ("ci", "approver", ["docs"], True)
+    assert (made.object, made.after["role"], made.after["views"], made.after["limited_to_views"]) == (
+        "ci",
+        "approver",
+        ["docs"],
+        True,
+    )
     row = ApiToken.objects.get(name="ci")
     signed_in.post(f"/tokens/{row.pk}/revoke/")
     revoked = recorded(AuditAction.TOKEN_REVOKE)
@@ -197,7 +234,11 @@ def test_it_records_allowances_from_the_inbox_for_whom_and_what(signed_in, every
     prompt = calls.create_permission_prompt(token, "Bash", {"command": "ls"}, "cc:s")
     signed_in.post(f"/pending/{prompt.confirm_id}/reply/", {"session_id": "cc:s", "action": "remember"})
     remembered = recorded(AuditAction.ALLOWANCE_ADD)
-    assert (remembered.object, remembered.after["allowance"], remembered.after["until"]) == ("Bash", "remember", None)
+    assert (remembered.object, remembered.after["allowance"], remembered.after["until"]) == (
+        "Bash",
+        "remember",
+        None,
+    )
 
 
 def test_it_records_approve_and_remember_of_a_tool_as_a_trust_change(signed_in, every):
@@ -218,17 +259,26 @@ def test_it_records_allowances_and_grants_revoked(signed_in, every):
     grant = calls.grant(token, "tool_confirm", "mcp__every__echo", "op", 600)
     signed_in.post(f"/tokens/grants/{grant.pk}/revoke/")
     revoked = recorded(AuditAction.ALLOWANCE_REVOKE)
-    assert (revoked.object, revoked.before["allowance"], revoked.before["token"]) == ("mcp__every__echo", "for a time", "laptop")
+    assert (revoked.object, revoked.before["allowance"], revoked.before["token"]) == (
+        "mcp__every__echo",
+        "for a time",
+        "laptop",
+    )
     signed_in.post(f"/tokens/grants/{grant.pk}/revoke/")  # already ended: nothing more
     assert AuditEntry.objects.filter(action=AuditAction.ALLOWANCE_REVOKE).count() == 2
     assert PermissionGrant.objects.get(pk=grant.pk).revoked_at is not None
 
 
 def test_it_records_notification_targets_added_and_removed_without_the_secret(signed_in):
-    html = signed_in.post("/notifications/", {"kind": "webhook", "url": "https://hooks.example/agv?key=k-1"}).content.decode()
+    html = signed_in.post(
+        "/notifications/", {"kind": "webhook", "url": "https://hooks.example/agv?key=k-1"}
+    ).content.decode()
     secret = re.search(r"whsec_[A-Za-z0-9+/=]+", html).group(0)
     added = recorded(AuditAction.NOTIFY_ADD)
-    assert (added.object, added.after) == ("hooks.example", {"kind": "webhook", "url": "https://hooks.example/agv", "signed": True})
+    assert (added.object, added.after) == (
+        "hooks.example",
+        {"kind": "webhook", "url": "https://hooks.example/agv", "signed": True},
+    )
     target = NotificationTarget.objects.get()
     signed_in.post(f"/notifications/{target.pk}/remove/")
     assert recorded(AuditAction.NOTIFY_REMOVE).before == added.after
@@ -237,7 +287,9 @@ def test_it_records_notification_targets_added_and_removed_without_the_secret(si
 
 
 def test_it_records_forget_authorization(signed_in, every):
-    oauth.store_tokens("other", "https://example.invalid/mcp", {"access_token": "at-x", "scope": "read"}, "op", "127.0.0.1")
+    oauth.store_tokens(
+        "other", "https://example.invalid/mcp", {"access_token": "at-x", "scope": "read"}, "op", "127.0.0.1"
+    )
     signed_in.post("/servers/other/forget-authorization/")
     forgot = recorded(AuditAction.SERVER_FORGET)
     assert (forgot.object, forgot.before["scopes"], forgot.after) == ("other", ["read"], None)
