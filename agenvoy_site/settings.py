@@ -208,6 +208,8 @@ AGENVOY_MAX_PENDING = _positive_int("AGENVOY_MAX_PENDING", 100)
 # AGENVOY_RESULT_DAYS cut to their head; 0 keeps everything.
 AGENVOY_HISTORY_DAYS = _days("AGENVOY_HISTORY_DAYS", 90)
 AGENVOY_RESULT_DAYS = _days("AGENVOY_RESULT_DAYS", 30)
+# The audit trail (SPEC 22.2) is kept this many days, pruned like the calls; 0 keeps everything.
+AGENVOY_AUDIT_DAYS = _days("AGENVOY_AUDIT_DAYS", 400)
 # Client addresses that may read /metrics without a token (SPEC 18.3).
 AGENVOY_METRICS_ALLOW = _networks("AGENVOY_METRICS_ALLOW")
 if AGENVOY_CALL_MAX_SECONDS < AGENVOY_CALL_TIMEOUT:

@@ -36,6 +36,7 @@ BENCHES = [
     "mcp_endpoint",
     "held",
     "toolviews",
+    "audit",
 ]
 
 

@@ -8,7 +8,9 @@ class McpcoreConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from .audit import connect_signin_signals
         from .db.cache import install_triggers
 
+        connect_signin_signals()
         # After every migrate (and test-database flush): the cache generation's triggers.
         post_migrate.connect(install_triggers, sender=self, dispatch_uid="mcpcore-cache-triggers")

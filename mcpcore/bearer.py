@@ -1,10 +1,13 @@
 """The bearer tokens every door takes: `/v1` and the console's MCP endpoints accept exactly the
 same ones, checked here, below both."""
 
+from django.db import transaction
 from django.utils import timezone
 
+from . import audit
+from .choices import AuditAction, TokenRole
 from .db import cache
-from .models import ApiToken
+from .models import ApiToken, View
 
 
 def authenticate(authorization_header_value: str | None) -> ApiToken | None:
@@ -23,3 +26,26 @@ def authenticate(authorization_header_value: str | None) -> ApiToken | None:
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
             token.last_used_at = now  # the kept copy too (the column is not watched)
     return token
+
+
+def issue(
+    name: str,
+    may_auto: bool = True,
+    role: str = TokenRole.AGENT,
+    views: list[View] | None = None,
+    *,
+    by: audit.Actor,
+) -> tuple[ApiToken, str]:
+    """`ApiToken.issue` and its `token.create` audit row (role, views; never the token), in
+    one transaction. Returns the row and the clear token, shown once."""
+    with transaction.atomic():
+        row, token = ApiToken.issue(name, may_auto, role, views)
+        after = {
+            "role": row.role,
+            "views": sorted(v.name for v in views) if row.view_limited and views else [],
+            "limited_to_views": row.view_limited,
+            "may_auto": row.may_auto,
+            "id": row.pk,
+        }
+        audit.record(AuditAction.TOKEN_CREATE, row.name, actor=by, after=after)
+    return row, token

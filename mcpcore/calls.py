@@ -32,8 +32,8 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import allowlist, control, db, files, gate, metrics, oauth, rules, schemas
-from .choices import CallDecision, CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
+from . import allowlist, audit, control, db, files, gate, metrics, oauth, rules, schemas
+from .choices import AuditAction, CallDecision, CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
 from .db import cache, callsql
 from .models import (
     AllowEntry,
@@ -44,6 +44,7 @@ from .models import (
     Tool,
     ToolCall,
     Worker,
+    iso,
     time_ordered_uuid,
 )
 
@@ -452,11 +453,13 @@ async def respond(
     who: str,
     authorize=None,
     local: LocalSupervisor | None = None,
+    by: audit.Actor | None = None,
 ) -> ToolCall:
     """A person's reply to a pending confirmation, from any door (`/v1`, the pages): record it
     (`reply`), run the call when approved, and tell the inbox and the waiters. Raises
-    ReplyError with the API's message and status."""
-    call = await db.run(reply, session_id, confirm_id, body, who, authorize)
+    ReplyError with the API's message and status. `by`: who replied, for the audit rows of
+    the allowances it makes (default: `who`)."""
+    call = await db.run(reply, session_id, confirm_id, body, who, authorize, by)
     if call.status == CallStatus.RUNNING:
         await dispatch(call, local)
     await announce(str(call.id))
@@ -497,12 +500,16 @@ class ReplyError(CallError):
     pass
 
 
-def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None) -> ToolCall:
+def reply(
+    session_id: str, confirm_id: str, body: dict, who: str, authorize=None, by: audit.Actor | None = None
+) -> ToolCall:
     """Apply a person's reply to a pending confirmation (SPEC 5); returns the updated call.
 
     `authorize(call)`, when given, runs once the confirmation is found and raises to refuse
     the replier (the `/v1` token rights, SPEC 12.1); then `body` is checked (`schemas.Reply`),
-    before the 410 of a decided call."""
+    before the 410 of a decided call. The allowances it makes are audited as `by`'s (default:
+    `who`); "approve and remember" of a tool call is a `trust.change` (it writes allow_tool)."""
+    by = by or audit.Actor(who)
     try:
         cid = uuid.UUID(str(confirm_id))
     except ValueError:
@@ -550,14 +557,22 @@ def reply(session_id: str, confirm_id: str, body: dict, who: str, authorize=None
                 changed = pending.update(status=CallStatus.RUNNING, decision=decision, **decided)
             if changed and answer.allow_turn:
                 # Bound to the token that made the call (SPEC 12.2), not to whoever replied.
-                SessionAllowance.objects.create(session_id=session_id, token_id=call.token_id, granted_by=who)
+                row = SessionAllowance.objects.create(
+                    session_id=session_id, token_id=call.token_id, granted_by=who
+                )
+                audit.record(
+                    AuditAction.ALLOWANCE_ADD,
+                    session_id,
+                    actor=by,
+                    after=allowance_state(row, call.tool_name),
+                )
             if changed and prompt and answer.remember:
-                remember_permission(call.token, call.tool_name, who)
+                remember_permission(call.token, call.tool_name, who, by)
             if changed and grant_for:
-                grant(call.token, call.kind, call.tool_name, who, grant_for)
+                grant(call.token, call.kind, call.tool_name, who, grant_for, by)
         if changed and answer.remember and not prompt:
             try:
-                files.add_allow_entry(call.tool_name, repin=True)
+                files.add_allow_entry(call.tool_name, repin=True, by=by)
             except files.ConfigFileError as exc:
                 # The approval stands; only remembering it failed, and the log says why.
                 log.warning("could not remember %s in allow_tool: %s", call.tool_name, exc)
@@ -746,27 +761,73 @@ def permission_answer(call: ToolCall) -> dict:
     return {"behavior": "deny", "message": call.result or f"not allowed: {call.status}"}
 
 
-def remember_permission(token: ApiToken | None, tool_name: str, who: str) -> PermissionGrant | None:
+def remember_permission(
+    token: ApiToken | None, tool_name: str, who: str, by: audit.Actor | None = None
+) -> PermissionGrant | None:
     """Remember `tool_name` for the token (once: an existing grant in force is kept)."""
     if token is None:
         return None
     found = PermissionGrant.objects.filter(
         token=token, kind=CallKind.PERMISSION_PROMPT, tool_name=tool_name, revoked_at__isnull=True
-    )
-    return found.filter(expires_at__isnull=True).first() or PermissionGrant.objects.create(
-        token=token, kind=CallKind.PERMISSION_PROMPT, tool_name=tool_name, granted_by=who
-    )
+    ).filter(expires_at__isnull=True)
+    kept = found.first()
+    if kept is not None:
+        return kept
+    with transaction.atomic():
+        made = PermissionGrant.objects.create(
+            token=token, kind=CallKind.PERMISSION_PROMPT, tool_name=tool_name, granted_by=who
+        )
+        audit.record(
+            AuditAction.ALLOWANCE_ADD, tool_name, actor=by or audit.Actor(who), after=grant_state(made)
+        )
+    return made
 
 
-def revoke_permission(grant_id: int) -> PermissionGrant | None:
+def revoke_permission(grant_id: int, by: audit.Actor = audit.BY_SYSTEM) -> PermissionGrant | None:
     """Revoke a remembered grant; returns it when this call revoked it."""
-    grant = PermissionGrant.objects.filter(pk=grant_id).first()
-    if grant is None:
+    return _revoke(PermissionGrant, grant_id, by, lambda g: (g.tool_name, grant_state(g)))
+
+
+def revoke_allowance(allowance_id: int, by: audit.Actor) -> SessionAllowance | None:
+    """End an "approve for session" allowance; returns it when this call ended it."""
+    return _revoke(SessionAllowance, allowance_id, by, lambda a: (a.session_id, allowance_state(a)))
+
+
+def _revoke(model, pk: int, by: audit.Actor, described):
+    """Set `revoked_at` on one allowance or grant still in force, with its `allowance.revoke`
+    row (`described(row)`: its object and state); the row when this call ended it."""
+    row = model.objects.select_related("token").filter(pk=pk).first()
+    if row is None:
         return None
-    changed = PermissionGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
-    )
-    return grant if changed else None
+    with transaction.atomic():
+        changed = model.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        if changed:
+            object, state = described(row)
+            audit.record(AuditAction.ALLOWANCE_REVOKE, object, actor=by, before=state)
+    return row if changed else None
+
+
+def allowance_state(row: SessionAllowance, tool_name: str = "") -> dict:
+    """What the audit keeps of an "approve for session": for whom (the token; none for the
+    console's own calls), which session, and the call's tool it was given on."""
+    state = {
+        "allowance": "session",
+        "token": row.token.name if row.token else "",
+        "session_id": row.session_id,
+    }
+    return {**state, "approved_on": tool_name} if tool_name else state
+
+
+def grant_state(row: PermissionGrant) -> dict:
+    """What the audit keeps of a grant: what (the tool, of which kind of call), for whom, and
+    until when (None: until revoked, "approve and remember")."""
+    return {
+        "allowance": "remember" if row.expires_at is None else "for a time",
+        "token": row.token.name,
+        "tool": row.tool_name,
+        "kind": row.kind,
+        "until": iso(row.expires_at),
+    }
 
 
 # Who "decided" a permission prompt that nobody was asked about (its history, a hook's reason).
@@ -792,7 +853,7 @@ def granted(token: ApiToken | None, kind: str, tool_name: str) -> bool:
 
 
 def grant(
-    token: ApiToken | None, kind: str, tool_name: str, who: str, seconds: int
+    token: ApiToken | None, kind: str, tool_name: str, who: str, seconds: int, by: audit.Actor | None = None
 ) -> PermissionGrant | None:
     """Grant `tool_name` to the token for `seconds` (SPEC 17.3): later calls of that tool by that
     token, in any session, run at once until then. A grant of the same tool already in force
@@ -805,13 +866,21 @@ def grant(
     current = rows.order_by(F("expires_at").desc(nulls_first=True)).first()
     if current is not None and (current.expires_at is None or current.expires_at >= until):
         return current
-    if current is not None:
-        PermissionGrant.objects.filter(pk=current.pk).update(expires_at=until, granted_by=who)
-        current.expires_at, current.granted_by = until, who
-        return current
-    return PermissionGrant.objects.create(
-        token=token, kind=kind, tool_name=tool_name, granted_by=who, created_at=now, expires_at=until
-    )
+    by = by or audit.Actor(who)
+    with transaction.atomic():
+        if current is not None:
+            before = grant_state(current)
+            PermissionGrant.objects.filter(pk=current.pk).update(expires_at=until, granted_by=who)
+            current.expires_at, current.granted_by = until, who
+        else:
+            before = None
+            current = PermissionGrant.objects.create(
+                token=token, kind=kind, tool_name=tool_name, granted_by=who, created_at=now, expires_at=until
+            )
+        audit.record(
+            AuditAction.ALLOWANCE_ADD, tool_name, actor=by, before=before, after=grant_state(current)
+        )
+    return current
 
 
 def _allow(call: ToolCall) -> dict:
@@ -823,16 +892,29 @@ def _allow(call: ToolCall) -> dict:
 TOKEN_REVOKED = "token revoked"
 
 
-def revoke_token(token_id: int) -> tuple[bool, list[str]]:
+def revoke_token(token_id: int, by: audit.Actor = audit.BY_SYSTEM) -> tuple[bool, list[str]]:
     """Revoke a token: its next request gets 401, its session allowances and grants end, and
     its pending confirmations end `cancelled` (result `token revoked`). Returns whether this
-    revoked it and the ids of the calls it ended (to announce)."""
+    revoked it and the ids of the calls it ended (to announce). One `token.revoke` row tells
+    of the allowances and grants that ended with it."""
     now = timezone.now()
     with transaction.atomic():
         if not ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).update(revoked_at=now):
             return False, []
-        SessionAllowance.objects.filter(token_id=token_id, revoked_at__isnull=True).update(revoked_at=now)
-        PermissionGrant.objects.filter(token_id=token_id, revoked_at__isnull=True).update(revoked_at=now)
+        allowances = SessionAllowance.objects.filter(token_id=token_id, revoked_at__isnull=True).update(
+            revoked_at=now
+        )
+        grants = PermissionGrant.objects.filter(token_id=token_id, revoked_at__isnull=True).update(
+            revoked_at=now
+        )
+        row = ApiToken.objects.get(pk=token_id)
+        audit.record(
+            AuditAction.TOKEN_REVOKE,
+            row.name,
+            actor=by,
+            before={"id": row.pk, "role": row.role, "revoked": False},
+            after={"revoked": True, "allowances_ended": allowances, "grants_ended": grants},
+        )
     pending = ToolCall.objects.filter(token_id=token_id, status=CallStatus.PENDING).values_list(
         "id", flat=True
     )

@@ -140,3 +140,33 @@ class DeliveryStatus(TextChoices):
     PENDING = "pending", "pending"
     SENT = "sent", "sent"
     FAILED = "failed", "failed"
+
+
+class AuditAction(TextChoices):
+    """What an audit row records (SPEC 22.2): each change of what the console trusts or who
+    may use it, exactly as the contract names it."""
+
+    SERVER_ADD = "server.add", "server.add"
+    SERVER_EDIT = "server.edit", "server.edit"
+    SERVER_REMOVE = "server.remove", "server.remove"
+    SERVER_AUTHORIZE = "server.authorize", "server.authorize"
+    SERVER_FORGET = "server.forget", "server.forget"
+    TRUST_CHANGE = "trust.change", "trust.change"
+    RULES_CHANGE = "rules.change", "rules.change"
+    VIEW_ADD = "view.add", "view.add"
+    VIEW_EDIT = "view.edit", "view.edit"
+    VIEW_REMOVE = "view.remove", "view.remove"
+    TOKEN_CREATE = "token.create", "token.create"
+    TOKEN_REVOKE = "token.revoke", "token.revoke"
+    GRANT_ALLOW = "grant.allow", "grant.allow"
+    GRANT_REVOKE = "grant.revoke", "grant.revoke"
+    ALLOWANCE_ADD = "allowance.add", "allowance.add"
+    ALLOWANCE_REVOKE = "allowance.revoke", "allowance.revoke"
+    NOTIFY_ADD = "notify.add", "notify.add"
+    NOTIFY_EDIT = "notify.edit", "notify.edit"
+    NOTIFY_REMOVE = "notify.remove", "notify.remove"
+    SIGNIN_OK = "signin.ok", "signin.ok"
+    SIGNIN_FAILED = "signin.failed", "signin.failed"
+    SIGNIN_LOCKED = "signin.locked", "signin.locked"
+    MFA_ADD = "mfa.add", "mfa.add"
+    MFA_REMOVE = "mfa.remove", "mfa.remove"

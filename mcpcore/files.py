@@ -1,6 +1,12 @@
 """`mcp.json`, `allow_tool` and `rules` in $AGENVOY_HOME: reading, atomic locked writes, and
 mirroring them into the database (SPEC 2, 14.2), and the pins that follow `allow_tool` (14.1).
-The files are the shared truth with the Agenvoy CLI."""
+The files are the shared truth with the Agenvoy CLI.
+
+Every change the mirror takes in is an audit row (SPEC 22.2), written in the mirror's own
+transaction: the console's own writes mirror what they wrote under the file's lock, as the
+actor who asked for them; whatever else the mirror finds (an edit by another program) is
+recorded as `file`, and is picked up under the same lock, so one change is never told twice
+nor by the wrong actor."""
 
 import fcntl
 import hashlib
@@ -10,15 +16,15 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import allowlist, names, rules
-from .choices import ServerState, Transport
+from . import allowlist, audit, names, rules
+from .choices import AuditAction, ServerState, Transport
 
 log = logging.getLogger("mcpcore.files")
 
@@ -71,16 +77,24 @@ def open_private(path: Path, mode: str = "a", **kwargs):
 
 
 @contextmanager
-def locked(path: Path) -> Iterator[None]:
+def locked(path: Path, wait: bool = True) -> Iterator[bool]:
     """Advisory lock (`flock` on `<file>.lock` beside it) held across read-modify-write, so two
-    writers (two consoles, or the console and the Agenvoy CLI) never lose each other's update."""
+    writers (two consoles, or the console and the Agenvoy CLI) never lose each other's update.
+    Yields whether it holds the lock: always, unless `wait` is False and another holds it.
+    Not re-entrant: one process taking it twice waits for itself."""
     private_dir(path.parent)
     fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    held = False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = True
+        except BlockingIOError:
+            pass
+        yield held
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        if held:
+            fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
 
@@ -168,15 +182,17 @@ def read_mcp_json() -> dict:
     return parse_mcp_json(text)
 
 
-def update_servers[T](mutate: Callable[[dict], T]) -> T:
+def update_servers[T](mutate: Callable[[dict], T], by: audit.Actor = audit.BY_SYSTEM) -> T:
     """Locked read-modify-write of `mcp.json`'s `servers`; other top-level keys are kept.
-    Returns what `mutate` returned.
+    Returns what `mutate` returned. What it changed is audited as `by`'s; what another
+    program had changed before it, as `file`'s.
 
     An unparsable file raises ConfigFileError and is never overwritten.
     """
     path = path_of(MCP_JSON)
     with locked(path):
         data = read_mcp_json()
+        _sync_servers(audit.BY_FILE, data)
         before = json.dumps(data, sort_keys=True)
         servers = data.setdefault("servers", {})
         outcome = mutate(servers)
@@ -185,7 +201,7 @@ def update_servers[T](mutate: Callable[[dict], T]) -> T:
             atomic_write(path, render_mcp_json(data))
         # Mirror while still holding the lock: done after it, a concurrent writer's newer
         # file could be mirrored first and then overwritten here with this older one.
-        sync_servers()
+        _sync_servers(by)
     return outcome
 
 
@@ -222,12 +238,12 @@ def _nonempty(value: object) -> bool:
     return isinstance(value, str) and value.strip() != ""
 
 
-def import_servers(servers: dict[str, dict]) -> int:
+def import_servers(servers: dict[str, dict], by: audit.Actor = audit.BY_SYSTEM) -> int:
     def mutate(current: dict) -> int:
         current.update(servers)
         return len(servers)
 
-    return update_servers(mutate)
+    return update_servers(mutate, by)
 
 
 # --- allow_tool ---------------------------------------------------------------------------
@@ -243,25 +259,36 @@ def read_allow_tool() -> list[str]:
     return allowlist.parse(text)
 
 
-def replace_allow_prefix(prefix: str, entries: list[str], repin: bool = False) -> list[str]:
+def replace_allow_prefix(
+    prefix: str, entries: list[str], repin: bool = False, by: audit.Actor = audit.BY_SYSTEM
+) -> list[str]:
     """Replace-by-prefix in `allow_tool` under the lock; returns the prefix's entries now.
     `repin` (the trust editor's Save) pins the current definitions of the prefix's trusted
     tools again; otherwise only tools that became trusted are pinned."""
     path = path_of(ALLOW_TOOL)
     with locked(path):
-        before = _stat_of(path)
-        updated = allowlist.replace_prefix(read_allow_tool(), prefix, entries)
+        current = _picked_up(path)
+        updated = allowlist.replace_prefix(current, prefix, entries)
         atomic_write(path, allowlist.render(updated))
         now = allowlist.entries_for(updated, prefix)
         # Under the lock, like the write, so the mirror never holds an older file than the
-        # newest write. When the file was as we last mirrored it, only this prefix changed.
-        if before is not None and _mirrored.get(str(path)) == before:
-            _mirror_allow_prefix(prefix, now)
-        else:
-            _mirror_allow(updated)
+        # newest write; the rest of the file is mirrored already (`_picked_up`).
+        _mirror_allow_prefix(prefix, now, by)
         _mirrored[str(path)] = _stat_of(path)
         sync_pins(updated, prefix=prefix, repin=repin)
     return now
+
+
+def _picked_up(path: Path) -> list[str]:
+    """`allow_tool` as it is, read under its lock before the console changes it, with what
+    another program changed since the last mirror mirrored (and audited as `file`'s). When
+    the file is as this process last mirrored it, the mirror holds it already."""
+    before = _stat_of(path)
+    current = read_allow_tool()
+    if before is None or _mirrored.get(str(path)) != before:
+        _mirror_allow(current, audit.BY_FILE)
+        _mirrored[str(path)] = before
+    return current
 
 
 _mirrored: dict[str, tuple | None] = {}  # allow_tool's stat when last mirrored whole
@@ -286,18 +313,18 @@ def current_allow() -> list[str]:
         return list(AllowEntry.objects.values_list("entry", flat=True))
 
 
-def add_allow_entry(entry: str, repin: bool = False) -> None:
+def add_allow_entry(entry: str, repin: bool = False, by: audit.Actor = audit.BY_SYSTEM) -> None:
     """Add one exact entry (approve and remember), leaving every other line alone; `repin`
     pins that tool's current definition again."""
     if allowlist.entry_problem(entry):
         raise ConfigFileError(f"{allowlist.entry_problem(entry)}: {entry!r}")
     path = path_of(ALLOW_TOOL)
     with locked(path):
-        current = read_allow_tool()
+        current = _picked_up(path)
         if entry not in current:
             atomic_write(path, allowlist.render([*current, entry]))
             current = [*current, entry]
-        _mirror_allow(current)
+        _mirror_allow_prefix(entry, allowlist.entries_for(current, entry), by)
         _mirrored[str(path)] = _stat_of(path)
         sync_pins(current, only=entry, repin=repin)
 
@@ -319,18 +346,13 @@ def file_problem(name: str) -> str:
     return row.error if row else ""
 
 
-def _mirror_allow(entries: list[str]) -> None:
-    from .models import AllowEntry
-
-    wanted = set(entries)
-    with transaction.atomic():
-        have = set(AllowEntry.objects.values_list("entry", flat=True))
-        if have != wanted:
-            AllowEntry.objects.filter(entry__in=have - wanted).delete()
-            AllowEntry.objects.bulk_create([AllowEntry(entry=e) for e in sorted(wanted - have)])
+def _mirror_allow(entries: list[str], by: audit.Actor) -> None:
+    _mirror_allow_prefix("", entries, by, ALLOW_TOOL)
 
 
-def _mirror_allow_prefix(prefix: str, entries: list[str]) -> None:
+def _mirror_allow_prefix(prefix: str, entries: list[str], by: audit.Actor, object: str = "") -> None:
+    """Make the mirrored entries starting with `prefix` these; what changed is one
+    `trust.change` of `by`'s (`object`: the prefix, or the one entry, it was about)."""
     from .models import AllowEntry
 
     wanted = set(entries)
@@ -339,32 +361,45 @@ def _mirror_allow_prefix(prefix: str, entries: list[str]) -> None:
         if have != wanted:
             AllowEntry.objects.filter(entry__in=have - wanted).delete()
             AllowEntry.objects.bulk_create([AllowEntry(entry=e) for e in sorted(wanted - have)])
+            audit.record_lines(
+                AuditAction.TRUST_CHANGE, object or prefix, sorted(wanted - have), sorted(have - wanted), by
+            )
 
 
 def sync_allow() -> bool:
-    """Mirror `allow_tool` into the database; False (and a recorded problem) when unreadable."""
+    """Mirror `allow_tool` into the database; False (and a recorded problem) when unreadable.
+    Under the file's lock: a change found here is another program's (`file`)."""
     path = path_of(ALLOW_TOOL)
-    try:
-        before = _stat_of(path)
-        entries = read_allow_tool()
-    except ConfigFileError as exc:
-        log.warning("%s", exc)
-        _record(ALLOW_TOOL, str(exc))
-        return False
-    _mirror_allow(entries)
-    _mirrored[str(path)] = before
-    sync_pins(entries)  # trust written by anyone else pins what it trusts, too
+    with locked(path):
+        try:
+            before = _stat_of(path)
+            entries = read_allow_tool()
+        except ConfigFileError as exc:
+            log.warning("%s", exc)
+            _record(ALLOW_TOOL, str(exc))
+            return False
+        _mirror_allow(entries, audit.BY_FILE)
+        _mirrored[str(path)] = before
+        sync_pins(entries)  # trust written by anyone else pins what it trusts, too
     _record(ALLOW_TOOL, "")
     return True
 
 
 def sync_servers() -> set[str] | None:
     """Mirror `mcp.json` into Server rows; returns the names added, changed or removed, or None
-    when the file can't be used (the last good list stays in force and the problem is recorded)."""
+    when the file can't be used (the last good list stays in force and the problem is recorded).
+    Under the file's lock: a change found here is another program's (`file`)."""
+    with locked(path_of(MCP_JSON)):
+        return _sync_servers(audit.BY_FILE)
+
+
+def _sync_servers(by: audit.Actor, data: dict | None = None) -> set[str] | None:
+    """`sync_servers` of `data` (default: the file as it is now), each server added, changed
+    or removed audited as `by`'s. The caller holds the file's lock."""
     from .models import OAuthAccount, OAuthFlow, Server
 
     try:
-        data = read_mcp_json()
+        data = read_mcp_json() if data is None else data
     except ConfigFileError as exc:
         log.warning("%s", exc)
         _record(MCP_JSON, str(exc))
@@ -382,7 +417,8 @@ def sync_servers() -> set[str] | None:
     with transaction.atomic():
         existing = {s.name: s for s in Server.objects.select_for_update()}
         gone = set(existing) - set(wanted)
-        for name in gone:
+        for name in sorted(gone):
+            audit.record(AuditAction.SERVER_REMOVE, name, actor=by, before=existing[name].config)
             existing[name].delete()
             changed.add(name)
         # A removed server's OAuth tokens and flows go with it (SPEC 16.4: nothing left behind
@@ -393,6 +429,9 @@ def sync_servers() -> set[str] | None:
             row = existing.get(name)
             if row is not None and row.config_hash == Server.hash_config(config):
                 continue
+            before, after = audit.server_states(row.config if row else None, config)
+            action = AuditAction.SERVER_EDIT if row else AuditAction.SERVER_ADD
+            audit.record(action, name, actor=by, before=before, after=after)
             row = row or Server(name=name)
             row.apply_config(config)
             if not row.enabled:
@@ -442,49 +481,67 @@ def current_rules(mirror: bool = False) -> tuple[list[rules.Rule], str]:
     """(the rules in force, the file's problem): the file when it parses, else the last good
     rules and why the file can't be used. `mirror`: a file that parses is mirrored as the
     last good rules at once (the gate reads the file on a change, which can be sooner than
-    the watcher's next look)."""
-    try:
-        found = rules.parse(read_rules_text())
-    except (rules.RuleError, ConfigFileError) as exc:
-        return mirrored_rules(), str(exc)
-    if mirror:
-        _mirror_rules(found)
+    the watcher's next look), unless a writer holds the file's lock (it mirrors what it
+    writes itself: mirrored here, its change would be taken for another program's)."""
+    path = path_of(RULES)
+    with locked(path, wait=False) if mirror else nullcontext(False) as held:
+        try:
+            found = rules.parse(read_rules_text())
+        except (rules.RuleError, ConfigFileError) as exc:
+            return mirrored_rules(), str(exc)
+        if held:
+            _mirror_rules(found, audit.BY_FILE)
     return found, ""
 
 
-def write_rules(lines: list[str]) -> list[rules.Rule]:
+def write_rules(lines: list[str], by: audit.Actor = audit.BY_SYSTEM) -> list[rules.Rule]:
     """Replace the `rules` file with these lines (locked, atomic). A bad line raises
     RuleError before anything is written."""
     text = rules.render(lines)
     parsed = rules.parse(text)
     path = path_of(RULES)
     with locked(path):
+        _pick_up_rules()
         atomic_write(path, text)
-        _mirror_rules(parsed)
+        _mirror_rules(parsed, by)
         _record(RULES, "")
     return parsed
 
 
-def _mirror_rules(parsed: list[rules.Rule]) -> None:
+def _mirror_rules(parsed: list[rules.Rule], by: audit.Actor) -> None:
+    """Make the mirrored rules these; the lines added and removed are one `rules.change` of
+    `by`'s (a line that only moved is no change)."""
     from .models import RuleLine
 
     wanted = [(r.line, r.text) for r in parsed]
     with transaction.atomic():
-        if list(RuleLine.objects.values_list("line", "text")) != wanted:
+        have = list(RuleLine.objects.values_list("line", "text"))
+        if have != wanted:
             RuleLine.objects.all().delete()
             RuleLine.objects.bulk_create([RuleLine(line=n, text=t) for n, t in wanted])
+            added, removed = audit.added_removed([t for _, t in have], [t for _, t in wanted])
+            audit.record_lines(AuditAction.RULES_CHANGE, RULES, added, removed, by)
 
 
-def sync_rules() -> bool:
-    """Mirror `rules` into the database; a file with a bad line is reported and the last good
-    rules stay mirrored (and in force)."""
+def _pick_up_rules() -> bool:
+    """Mirror `rules` as it is (the caller holds its lock): what changed is another program's.
+    False, and the problem recorded, for a file with a bad line."""
     try:
         parsed = rules.parse(read_rules_text())
     except (rules.RuleError, ConfigFileError) as exc:
         log.warning("%s", exc)
         _record(RULES, str(exc))
         return False
-    _mirror_rules(parsed)
+    _mirror_rules(parsed, audit.BY_FILE)
+    return True
+
+
+def sync_rules() -> bool:
+    """Mirror `rules` into the database; a file with a bad line is reported and the last good
+    rules stay mirrored (and in force)."""
+    with locked(path_of(RULES)):
+        if not _pick_up_rules():
+            return False
     _record(RULES, "")
     return True
 

@@ -16,6 +16,7 @@ from django.utils import timezone
 from . import names, toolviews
 from .choices import (
     CALL_ENDED,
+    AuditAction,
     CallDecision,
     CallKind,
     CallStatus,
@@ -723,3 +724,47 @@ class OAuthFlow(models.Model):
 
     def __str__(self) -> str:
         return f"flow {self.server_name} ({self.status})"
+
+
+# --- audit trail (SPEC 22.2) --------------------------------------------------------------------
+
+
+class AuditEntry(models.Model):
+    """One change of what the console trusts or who may use it: who (`actor`: a person's
+    username, a token's name, `file`, `system`), from where, what (`action`, `object`), and the
+    state `before` and `after` it, secrets masked (`mcpcore.audit` writes them). Written once:
+    no page, route or admin changes or deletes a row; only retention prunes them."""
+
+    at = models.DateTimeField(default=timezone.now)
+    actor = models.CharField(max_length=200)
+    address = models.CharField(max_length=64, blank=True, default="")
+    action = models.CharField(max_length=32, choices=AuditAction.choices)
+    object = models.CharField(max_length=700, blank=True, default="")
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [
+            # Newest-first keyset pages over (at, id), and the Audit page's two filters with
+            # the same order: a page of a million rows is one index range whichever is set.
+            models.Index(fields=["at", "id"], name="mcpcore_audit_time"),
+            models.Index(fields=["action", "at", "id"], name="mcpcore_audit_action_time"),
+            models.Index(fields=["actor", "at", "id"], name="mcpcore_audit_actor_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.object} by {self.actor}"
+
+    def to_dict(self) -> dict:
+        """A row as `GET /v1/audit` streams it (a JSON Lines line)."""
+        return {
+            "id": self.pk,
+            "at": iso(self.at),
+            "actor": self.actor,
+            "address": self.address,
+            "action": self.action,
+            "object": self.object,
+            "before": self.before,
+            "after": self.after,
+        }

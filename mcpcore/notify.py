@@ -22,6 +22,7 @@ import secrets
 import time
 import uuid
 from email.header import Header
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 from django.conf import settings
@@ -29,8 +30,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import db, metrics, oauth, onetap
-from .choices import CallKind, CallStatus, DeliveryStatus, TargetKind
+from . import audit, db, metrics, oauth, onetap
+from .choices import AuditAction, CallKind, CallStatus, DeliveryStatus, TargetKind
 from .models import Delivery, NotificationTarget, ToolCall, iso
 
 log = logging.getLogger("mcpcore.notify")
@@ -163,11 +164,41 @@ def retry_delay(attempts: int, scale: float = 1.0) -> float | None:
 # --- targets ----------------------------------------------------------------------------------
 
 
-def add_target(kind: str, url: str, created_by: str = "") -> tuple[NotificationTarget, str]:
-    """A new target; returns it and its secret (webhooks), which is shown once."""
+def add_target(
+    kind: str, url: str, created_by: str = "", by: audit.Actor | None = None
+) -> tuple[NotificationTarget, str]:
+    """A new target; returns it and its secret (webhooks), which is shown once (never in
+    the audit row)."""
     secret = new_secret() if kind == TargetKind.WEBHOOK else ""
-    target = NotificationTarget.objects.create(kind=kind, url=url, secret=secret, created_by=created_by)
+    with transaction.atomic():
+        target = NotificationTarget.objects.create(kind=kind, url=url, secret=secret, created_by=created_by)
+        audit.record(
+            AuditAction.NOTIFY_ADD,
+            target.name,
+            actor=by or audit.Actor(created_by),
+            after=target_state(target),
+        )
     return target, secret
+
+
+def remove_target(target: NotificationTarget, by: audit.Actor) -> None:
+    """Remove a target (its deliveries go with it)."""
+    with transaction.atomic():
+        audit.record(AuditAction.NOTIFY_REMOVE, target.name, actor=by, before=target_state(target))
+        target.delete()
+
+
+def target_state(target: NotificationTarget) -> dict:
+    """What the audit keeps of a target: its kind and URL without query or credentials (a
+    webhook URL may carry a key there), and whether it signs, never the secret."""
+    parts = urlsplit(target.url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    url = urlunsplit((parts.scheme, host, parts.path, "", ""))
+    return {"kind": target.kind, "url": url, "signed": bool(target.secret)}
 
 
 def queue_test(target: NotificationTarget) -> Delivery:

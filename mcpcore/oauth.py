@@ -21,7 +21,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .choices import FlowStatus, GrantType, ServerState, Transport
+from . import audit
+from .choices import AuditAction, FlowStatus, GrantType, ServerState, Transport
 from .models import OAuthAccount, OAuthFlow, Server, iso
 
 FLOW_SECONDS = 600  # a flow lives 10 minutes (SPEC 16.2)
@@ -198,11 +199,14 @@ def store_client(name: str, url: str, client_info: dict) -> None:
         account.save()
 
 
-def store_tokens(name: str, url: str, tokens: dict, authorized_by: str | None = None) -> None:
+def store_tokens(
+    name: str, url: str, tokens: dict, authorized_by: str | None = None, address: str = ""
+) -> None:
     """New tokens, with their absolute expiry, in one write: a rotated refresh token is stored
     in the same step as the access token it came with (SPEC 16.4). `authorized_by` is set when
     a person's flow produced them (the empty string for client credentials); None: a renewal,
-    which keeps who authorized and when."""
+    which keeps who authorized and when. A person's flow is a `server.authorize` audit row of
+    theirs (from `address`, where their browser came back from), in the same write."""
     now = timezone.now()
     expires_in = tokens.get("expires_in")
     with transaction.atomic():
@@ -211,6 +215,7 @@ def store_tokens(name: str, url: str, tokens: dict, authorized_by: str | None = 
         )
         _rebind(account, url)
         renewal = authorized_by is None and bool(account.tokens)
+        before = standing(account)
         account.tokens = seal(tokens)
         account.issued_at = now
         account.expires_at = now + datetime.timedelta(seconds=expires_in) if expires_in else None
@@ -221,15 +226,41 @@ def store_tokens(name: str, url: str, tokens: dict, authorized_by: str | None = 
         if renewal:
             account.renewals += 1
         account.save()
+        if authorized_by:
+            audit.record(
+                AuditAction.SERVER_AUTHORIZE,
+                name,
+                actor=authorized_by,
+                address=address,
+                before=before,
+                after=standing(account),
+            )
 
 
-def forget(name: str) -> bool:
+def standing(account: OAuthAccount) -> dict | None:
+    """What the audit keeps of a server's authorization: who, when, the scopes, the URL it is
+    bound to; never a token. None: no tokens held."""
+    if not account.tokens:
+        return None
+    return {
+        "authorized_by": account.authorized_by,
+        "authorized_at": iso(account.authorized_at),
+        "scopes": list(account.scopes or []),
+        "url": account.url,
+    }
+
+
+def forget(name: str, by: audit.Actor = audit.BY_SYSTEM) -> bool:
     """Delete the stored tokens (the registration stays, SPEC 16.2); False: there were none."""
-    return bool(
-        OAuthAccount.objects.filter(server_name=name)
-        .exclude(tokens="")
-        .update(tokens="", expires_at=None, issued_at=None, scopes=[], authorized_by="", authorized_at=None)
-    )
+    with transaction.atomic():
+        account = OAuthAccount.objects.select_for_update().filter(server_name=name).exclude(tokens="").first()
+        if account is None:
+            return False
+        audit.record(AuditAction.SERVER_FORGET, name, actor=by, before=standing(account))
+        OAuthAccount.objects.filter(pk=account.pk).update(
+            tokens="", expires_at=None, issued_at=None, scopes=[], authorized_by="", authorized_at=None
+        )
+    return True
 
 
 def clear_tokens(name: str) -> None:
@@ -262,10 +293,13 @@ def flow_waiting(flow_id: str, state: str, url: str) -> bool:
     )
 
 
-def callback(state: str, code: str, error: str, person: str, iss: str = "") -> OAuthFlow | None:
+def callback(
+    state: str, code: str, error: str, person: str, iss: str = "", address: str = ""
+) -> OAuthFlow | None:
     """`/oauth/callback`: record the code (or the authorization server's `error`) on the live
     flow with this `state`, claimed once; None for an unknown, used or expired state (then
-    nothing is written)."""
+    nothing is written). `address`, where the person's browser came back from, is sealed with
+    the code: the holder audits the authorization as theirs (`store_tokens`)."""
     if not state:
         return None
     now = timezone.now()
@@ -276,7 +310,10 @@ def callback(state: str, code: str, error: str, person: str, iss: str = "") -> O
     if error:
         fields |= {"status": FlowStatus.FAILED, "error": f"authorization failed: {error[:200]}"}
     else:
-        fields |= {"status": FlowStatus.CODE, "code": seal({"code": code, "iss": iss or None})}
+        fields |= {
+            "status": FlowStatus.CODE,
+            "code": seal({"code": code, "iss": iss or None, "from": address}),
+        }
     if OAuthFlow.objects.filter(id=flow.id, status=FlowStatus.WAITING).update(**fields) != 1:
         return None
     flow.refresh_from_db()

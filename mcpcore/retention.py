@@ -1,4 +1,5 @@
-"""Retention (SPEC 18.1): old calls deleted, old results cut, and the storage figures.
+"""Retention (SPEC 18.1, 22.2): old calls deleted, old results cut, old audit rows deleted, and
+the storage figures.
 
 `prune(now)` does one whole pass, in batches of at most BATCH rows, each batch its own short
 transaction, so a call's own writes never wait for more than one batch:
@@ -8,7 +9,9 @@ transaction, so a call's own writes never wait for more than one batch:
 - calls created more than AGENVOY_RESULT_DAYS ago keep the first RESULT_HEAD characters of a
   longer result, followed by `\\n[result removed after <N> days]`; their other copies of the
   result (`raw_result`, the full text; `native_result`, what an MCP client was sent) are
-  dropped whatever their size, since they are the bulk a call weighs.
+  dropped whatever their size, since they are the bulk a call weighs;
+- audit rows (SPEC 22.2) older than AGENVOY_AUDIT_DAYS are deleted, oldest first: the one way
+  a row of the audit trail ever goes.
 
 Each statement is conditional (ended, older than the cut-off), so a pass that races another
 process's, or a call that is still live, loses nothing. On PostgreSQL a batch also takes a
@@ -35,7 +38,7 @@ from django.utils import timezone
 
 from . import db
 from .choices import CALL_LIVE
-from .models import Delivery, ToolCall
+from .models import AuditEntry, Delivery, ToolCall
 
 log = logging.getLogger("mcpcore.retention")
 
@@ -65,12 +68,14 @@ class Pruned:
     calls: int = 0
     deliveries: int = 0
     results: int = 0
+    audit: int = 0
     busy: bool = False  # another process held the lock: this pass stopped early
 
     def add(self, other: "Pruned") -> None:
         self.calls += other.calls
         self.deliveries += other.deliveries
         self.results += other.results
+        self.audit += other.audit
         self.busy = self.busy or other.busy
 
 
@@ -100,6 +105,21 @@ def delete_batch(cutoff: datetime.datetime, limit: int = BATCH) -> Pruned:
         deliveries, _ = Delivery.objects.filter(call_id__in=ids).delete()
         calls, _ = old.filter(id__in=ids).delete()
     return Pruned(calls=calls, deliveries=deliveries)
+
+
+def delete_audit_batch(cutoff: datetime.datetime, limit: int = BATCH) -> Pruned:
+    """Delete up to `limit` audit rows written before `cutoff`, oldest first, in one
+    transaction."""
+    with transaction.atomic():
+        if not _ours():
+            return Pruned(busy=True)
+        ids = list(
+            AuditEntry.objects.filter(at__lt=cutoff).order_by("at", "id").values_list("id", flat=True)[:limit]
+        )
+        if not ids:
+            return Pruned()
+        rows, _ = AuditEntry.objects.filter(id__in=ids).delete()
+    return Pruned(audit=rows)
 
 
 def cut_batch(ids: list, days: int) -> Pruned:
@@ -143,6 +163,12 @@ def cutoffs(now: datetime.datetime) -> tuple[datetime.datetime | None, datetime.
     )
 
 
+def audit_cutoff(now: datetime.datetime) -> datetime.datetime | None:
+    """Delete audit rows written before this; None: keep them all."""
+    days = settings.AGENVOY_AUDIT_DAYS
+    return now - datetime.timedelta(days=days) if days else None
+
+
 def prune(now: datetime.datetime | None = None) -> Pruned:
     """One whole pass as of `now` (default: the clock), sync, batch after batch."""
     return Pass().run_sync(now or timezone.now())
@@ -161,6 +187,12 @@ class Pass:
             while True:
                 done = yield lambda: delete_batch(delete_before)
                 if done.busy or done.calls < BATCH:
+                    break
+        audit_before = audit_cutoff(now)
+        if audit_before is not None:
+            while True:
+                done = yield lambda: delete_audit_batch(audit_before)
+                if done.busy or done.audit < BATCH:
                     break
         if cut_before is None:
             return
@@ -224,6 +256,8 @@ async def run() -> None:
                     done.deliveries,
                     done.results,
                 )
+            if done.audit:
+                log.info("retention: deleted %d audit rows", done.audit)
         except Exception:
             log.exception("retention pass failed")
         await asyncio.sleep(EVERY)

@@ -37,7 +37,7 @@ from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticCustomError, PydanticUseDefault, core_schema
 
 from . import allowlist, gate, names, toolviews
-from .choices import CallStatus
+from .choices import AuditAction, CallStatus
 
 # The pydantic error types of this contract's messages: one a validator raises (`refuse`),
 # and a field's own `Message`.
@@ -794,4 +794,30 @@ class ExportQuery(Contract):
     ] = None
     results: Annotated[
         str | None, _query_value("results", _one_of("0", "1")), Field(description="`1` includes results")
+    ] = None
+
+
+class AuditQuery(Contract):
+    """The query of `GET /v1/audit` (SPEC 22.2), checked as the export's (18.2)."""
+
+    since: Annotated[
+        datetime.datetime | None,
+        _query_value("since", _iso_time),
+        Field(description="ISO 8601 time of the change, inclusive (UTC when it names no zone)"),
+    ] = None
+    until: Annotated[
+        datetime.datetime | None,
+        _query_value("until", _iso_time),
+        Field(description="ISO 8601 time of the change, exclusive"),
+    ] = None
+    action: Annotated[str | None, _query_value("action", _one_of(*AuditAction.values))] = None
+    actor: Annotated[
+        str | None,
+        _query_value("actor", str),
+        Field(description="a username, a token's name, `file` or `system` (an unknown one matches nothing)"),
+    ] = None
+    format: Annotated[
+        str | None,
+        _query_value("format", _one_of("jsonl", "csv")),
+        Field(description="`jsonl` (default) or `csv`"),
     ] = None

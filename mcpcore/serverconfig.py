@@ -4,7 +4,7 @@ and imports. Writes go through the locked writer; the supervisors are told after
 import sys
 from pathlib import Path
 
-from . import control, files, schemas
+from . import audit, control, files, schemas
 from .models import SecretsMustBeReentered, unmask_config
 
 KNOWN_KEYS = frozenset(schemas.ServerConfig.model_fields)  # the keys this console writes
@@ -24,9 +24,10 @@ def clean_config(config: dict) -> dict:
         raise ServerConfigError(exc.message) from None
 
 
-def save(name: str, config: dict, creating: bool | None = None) -> None:
+def save(name: str, config: dict, creating: bool | None = None, by: audit.Actor = audit.BY_SYSTEM) -> None:
     """Write one server: posted `********` values keep the stored secret (while its command and
-    url stay the same: ServerConfigError otherwise), keys written by others on that server survive. `creating` True/False insists the server is new/exists."""
+    url stay the same: ServerConfigError otherwise), keys written by others on that server
+    survive. `creating` True/False insists the server is new/exists. Audited as `by`'s."""
 
     def mutate(servers: dict) -> None:
         old = servers.get(name)
@@ -42,7 +43,7 @@ def save(name: str, config: dict, creating: bool | None = None) -> None:
             merged = {**{k: v for k, v in old.items() if k not in KNOWN_KEYS}, **merged}
         servers[name] = merged
 
-    files.update_servers(mutate)
+    files.update_servers(mutate, by)
     control.config_changed()
 
 
@@ -56,21 +57,21 @@ def example_installed() -> bool:
     return example_command().is_file()
 
 
-def add_example() -> None:
+def add_example(by: audit.Actor = audit.BY_SYSTEM) -> None:
     """Add the example server as `time`, enabled, so the supervisors connect it at once.
     ConfigFileError when a server of that name exists or mcp.json can't be written."""
-    save(EXAMPLE_NAME, {"command": str(example_command()), "args": []}, creating=True)
+    save(EXAMPLE_NAME, {"command": str(example_command()), "args": []}, creating=True, by=by)
 
 
-def remove(name: str) -> bool:
+def remove(name: str, by: audit.Actor = audit.BY_SYSTEM) -> bool:
     """Remove a server; False when there was none of that name."""
-    found = files.update_servers(lambda servers: servers.pop(name, None) is not None)
+    found = files.update_servers(lambda servers: servers.pop(name, None) is not None, by)
     if found:
         control.config_changed()
     return bool(found)
 
 
-def set_enabled(name: str, enabled: bool) -> None:
+def set_enabled(name: str, enabled: bool, by: audit.Actor = audit.BY_SYSTEM) -> None:
     def mutate(servers: dict) -> None:
         config = servers.get(name)
         if isinstance(config, dict):
@@ -79,12 +80,12 @@ def set_enabled(name: str, enabled: bool) -> None:
             else:
                 config["disabled"] = True
 
-    files.update_servers(mutate)
+    files.update_servers(mutate, by)
     control.config_changed()
 
 
-def import_all(found: dict[str, dict]) -> int:
+def import_all(found: dict[str, dict], by: audit.Actor = audit.BY_SYSTEM) -> int:
     """Add or replace the imported servers in one locked write; returns how many."""
-    count = files.import_servers(found)
+    count = files.import_servers(found, by)
     control.config_changed()
     return count

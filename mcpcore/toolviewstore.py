@@ -13,7 +13,8 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from . import control, toolviews
+from . import audit, control, toolviews
+from .choices import AuditAction
 from .db import cache
 from .models import ApiToken, Tool, View
 
@@ -25,27 +26,42 @@ def changed() -> None:
     control.send_group(control.STATUS, {"type": "status.changed", "views": True})
 
 
-def save(name: str, description: str, include: list[str], exclude: list[str]) -> View:
+def save(
+    name: str, description: str, include: list[str], exclude: list[str], by: audit.Actor = audit.BY_SYSTEM
+) -> View:
     """Create or replace the view `name` (already checked: `schemas.ViewEdit`)."""
-    view, _ = View.objects.update_or_create(
-        name=name,
-        defaults={
-            "description": description,
-            "include": include,
-            "exclude": exclude,
-            "updated_at": timezone.now(),
-        },
-    )
+    with transaction.atomic():
+        old = View.objects.select_for_update().filter(name=name).first()
+        before = state(old) if old is not None else None
+        view, created = View.objects.update_or_create(
+            name=name,
+            defaults={
+                "description": description,
+                "include": include,
+                "exclude": exclude,
+                "updated_at": timezone.now(),
+            },
+        )
+        if state(view) != before:
+            action = AuditAction.VIEW_ADD if created else AuditAction.VIEW_EDIT
+            audit.record(action, name, actor=by, before=before, after=state(view))
     changed()
     return view
 
 
-def remove(name: str) -> bool:
+def state(view: View) -> dict:
+    """What the audit keeps of a view."""
+    return {"description": view.description, "include": list(view.include), "exclude": list(view.exclude)}
+
+
+def remove(name: str, by: audit.Actor = audit.BY_SYSTEM) -> bool:
     """Remove a view; the tokens limited to it lose it (one left with none sees nothing)."""
     with transaction.atomic():
         found = View.objects.filter(name=name).first()
         if found is None:
             return False
+        tokens = sorted(ApiToken.objects.filter(views=found).values_list("name", flat=True))
+        audit.record(AuditAction.VIEW_REMOVE, name, actor=by, before={**state(found), "tokens": tokens})
         found.delete()  # and its rows in the tokens' views
     changed()
     return True

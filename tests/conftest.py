@@ -34,6 +34,8 @@ def api(client, api_token):
     import json
 
     class Api:
+        token = api_token
+
         def get(self, path, **kw):
             return client.get(path, HTTP_AUTHORIZATION=f"Bearer {api_token}", **kw)
 

@@ -48,6 +48,8 @@ BAD = [
     ("AGENVOY_HISTORY_DAYS", "-1"),
     ("AGENVOY_HISTORY_DAYS", "ninety"),
     ("AGENVOY_RESULT_DAYS", "1.5"),
+    ("AGENVOY_AUDIT_DAYS", "-3"),
+    ("AGENVOY_AUDIT_DAYS", "a year"),
     ("AGENVOY_METRICS_ALLOW", "10.0.0.0/33"),
     ("AGENVOY_METRICS_ALLOW", "127.0.0.1/32,localhost"),
 ]
@@ -75,6 +77,7 @@ GOOD = {
     "DJANGO_ALLOWED_HOSTS": "console.example,.example.org,[::1]",
     "AGENVOY_HISTORY_DAYS": "0",
     "AGENVOY_RESULT_DAYS": "7",
+    "AGENVOY_AUDIT_DAYS": "0",
     "AGENVOY_METRICS_ALLOW": "127.0.0.1/32, 10.0.0.0/8,::1",
 }
 

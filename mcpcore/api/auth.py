@@ -131,6 +131,7 @@ RIGHTS: dict[tuple[str, str], Right] = {
     ("api-calls-export", "GET"): Right(frozenset({APPROVER, ADMIN}), "export history"),
     ("api-views", "POST"): admin_only("change views"),
     ("api-views-remove", "POST"): admin_only("change views"),
+    ("api-audit", "GET"): admin_only("read the audit trail"),  # SPEC 22.2
     # `GET /metrics` (outside /v1: an allowed address needs no token) checks its own rule,
     # admin only, 403 `this token may not read metrics` (mcpcore.api.ops).
     # Unknown paths answer 404 to every token (after auth, so they reveal nothing).

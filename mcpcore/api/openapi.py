@@ -165,6 +165,12 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         query=schemas.ExportQuery,
         answer={"type": "string"},
     ),
+    ("api-audit", "GET"): Operation(
+        "The audit trail (every change of what the console trusts or who may use it), streamed oldest"
+        " first, one row per line (JSON Lines, or CSV with before and after as compact JSON)",
+        query=schemas.AuditQuery,
+        answer={"type": "string"},
+    ),
     ("api-views", "GET"): Operation(
         "Views, sorted by name, with the tools each holds now (a token limited to views: its own)",
         answer=_obj({"views": {"type": "array", "items": _VIEW}}, ("views",)),

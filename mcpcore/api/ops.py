@@ -1,4 +1,5 @@
-"""Running the console for months (SPEC 18): `GET /v1/calls/export` and `GET /metrics`."""
+"""Running the console for months (SPEC 18): `GET /v1/calls/export`, `GET /v1/audit` (22.2,
+streamed as the export is) and `GET /metrics`."""
 
 import csv
 import io
@@ -12,8 +13,8 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from .. import db, metrics
 from ..bearer import authenticate
 from ..choices import CALL_ENDED, TokenRole
-from ..models import ToolCall, iso
-from ..schemas import ExportQuery, InputError
+from ..models import AuditEntry, ToolCall, iso
+from ..schemas import AuditQuery, Contract, ExportQuery, InputError
 from .auth import ApiError, api_view, error
 
 # --- export (SPEC 18.2) ------------------------------------------------------------------------
@@ -26,24 +27,43 @@ CSV_COLUMNS = (
 FORMATS = {"jsonl": "application/jsonl; charset=utf-8", "csv": "text/csv; charset=utf-8"}
 
 
+def _query[M: Contract](model: type[M], params) -> M:
+    """A streamed listing's query string; a bad value raises 400 `invalid <parameter>: <value>`."""
+    try:
+        return model.check({name: params.get(name) for name in params})
+    except InputError as exc:
+        raise ApiError(exc.message) from None
+
+
+def _window(field: str, since, until) -> Q:
+    where = Q()
+    if since is not None:
+        where &= Q(**{f"{field}__gte": since})
+    if until is not None:
+        where &= Q(**{f"{field}__lt": until})
+    return where
+
+
+def _equal(**fields) -> Q:
+    """Each field equal to its value, those given (not None or empty) only."""
+    return Q(**{name: value for name, value in fields.items() if value})
+
+
+def _after(rows, field: str, after: tuple | None):
+    """The rows after the keyset position `after` ((time, id)), in (time, id) order."""
+    if after is not None:
+        when, key = after
+        # One index range, not an OR of two (which sorts the whole rest of the table).
+        rows = rows.filter(**{f"{field}__gte": when}).filter(Q(**{f"{field}__gt": when}) | Q(id__gt=key))
+    return rows.order_by(field, "id")
+
+
 def export_filters(params) -> tuple[Q, str, bool]:
     """The query string of an export (`schemas.ExportQuery`) as (filter, format, with results);
     a bad value raises 400 `invalid <parameter>: <value>`."""
-    try:
-        query = ExportQuery.check({name: params.get(name) for name in params})
-    except InputError as exc:
-        raise ApiError(exc.message) from None
-    where = Q()
-    if query.since is not None:
-        where &= Q(created_at__gte=query.since)
-    if query.until is not None:
-        where &= Q(created_at__lt=query.until)
-    if query.server:
-        where &= Q(server_name=query.server)
-    if query.tool:
-        where &= Q(tool_name=query.tool)
-    if query.status:
-        where &= Q(status=query.status)
+    query = _query(ExportQuery, params)
+    where = _window("created_at", query.since, query.until)
+    where &= _equal(server_name=query.server, tool_name=query.tool, status=query.status)
     return where, query.format or "jsonl", query.results == "1"
 
 
@@ -60,13 +80,9 @@ def export_chunk(where: Q, after: tuple | None, fmt: str, results: bool, limit: 
     """The next `limit` calls matching `where`, oldest first, after the keyset position
     `after` ((created_at, id)), as export text: (bytes, the last call's position, or None
     when this was the last chunk). Sync."""
-    rows = ToolCall.objects.filter(where)
-    if after is not None:
-        when, cid = after
-        # One index range, not an OR of two (which sorts the whole rest of the table).
-        rows = rows.filter(created_at__gte=when).filter(Q(created_at__gt=when) | Q(id__gt=cid))
+    rows = _after(ToolCall.objects.filter(where), "created_at", after)
     columns = (*_COLUMNS, "result") if results else _COLUMNS
-    chunk = list(rows.order_by("created_at", "id").values_list(*columns, named=True)[:limit])
+    chunk = list(rows.values_list(*columns, named=True)[:limit])
     if fmt == "csv":
         text = _csv_text([csv_row(c, results) for c in chunk])
     else:
@@ -145,26 +161,73 @@ def _csv_text(rows: list[list]) -> str:
     return out.getvalue()
 
 
-async def _stream(where: Q, fmt: str, results: bool):
-    """The export, chunk by chunk: one database trip per CHUNK calls, nothing kept."""
-    if fmt == "csv":
-        yield _csv_text([[*CSV_COLUMNS, *(["result"] if results else [])]]).encode()
+async def _stream(header: list[str] | None, chunk, *args):
+    """A streamed listing, chunk by chunk: `header` (CSV's first row), then `chunk(*args,
+    after)` (sync: (bytes, the next keyset position or None)), one database trip per chunk,
+    nothing kept."""
+    if header is not None:
+        yield _csv_text([header]).encode()
     after = None
     while True:
-        text, after = await db.run(export_chunk, where, after, fmt, results)
+        text, after = await db.run(chunk, *args, after)
         if text:
             yield text
         if after is None:
             return
 
 
+def _streamed(body, fmt: str, name: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(body, content_type=FORMATS[fmt])
+    response["Content-Disposition"] = f'attachment; filename="agenvoy-{name}.{fmt}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
 @api_view(("GET",))
 async def calls_export(request: HttpRequest) -> StreamingHttpResponse:
     where, fmt, results = export_filters(request.GET)
-    response = StreamingHttpResponse(_stream(where, fmt, results), content_type=FORMATS[fmt])
-    response["Content-Disposition"] = f'attachment; filename="agenvoy-calls.{fmt}"'
-    response["Cache-Control"] = "no-store"
-    return response
+    header = [*CSV_COLUMNS, *(["result"] if results else [])] if fmt == "csv" else None
+    chunk = lambda after: export_chunk(where, after, fmt, results)  # noqa: E731
+    return _streamed(_stream(header, chunk), fmt, "calls")
+
+
+# --- the audit trail (SPEC 22.2) -------------------------------------------------------------------
+
+AUDIT_COLUMNS = ("id", "at", "actor", "address", "action", "object", "before", "after")
+
+
+def audit_filters(params) -> tuple[Q, str]:
+    """The query string of `GET /v1/audit` (`schemas.AuditQuery`) as (filter, format)."""
+    query = _query(AuditQuery, params)
+    where = _window("at", query.since, query.until) & _equal(action=query.action, actor=query.actor)
+    return where, query.format or "jsonl"
+
+
+def _compact(value) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def audit_csv_row(e: AuditEntry) -> list:
+    return [e.pk, iso(e.at), e.actor, e.address, e.action, e.object, _compact(e.before), _compact(e.after)]
+
+
+def audit_chunk(where: Q, fmt: str, after: tuple | None, limit: int = CHUNK) -> tuple:
+    """The next `limit` audit rows matching `where`, oldest first, after `after` ((at, id)),
+    as text: (bytes, the last row's position, or None when this was the last chunk). Sync."""
+    chunk = list(_after(AuditEntry.objects.filter(where), "at", after)[:limit])
+    if fmt == "csv":
+        text = _csv_text([audit_csv_row(e) for e in chunk])
+    else:
+        text = "".join(_compact(e.to_dict()) + "\n" for e in chunk)
+    last = (chunk[-1].at, chunk[-1].id) if len(chunk) == limit else None
+    return text.encode(), last
+
+
+@api_view(("GET",))
+async def audit_export(request: HttpRequest) -> StreamingHttpResponse:
+    where, fmt = audit_filters(request.GET)
+    header = list(AUDIT_COLUMNS) if fmt == "csv" else None
+    return _streamed(_stream(header, audit_chunk, where, fmt), fmt, "audit")
 
 
 # --- metrics (SPEC 18.3) -----------------------------------------------------------------------

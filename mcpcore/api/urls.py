@@ -28,6 +28,7 @@ urlpatterns = [
     _named("rules", views.rules_view),
     _named("hooks/claude-code", views.claude_code_hook),
     _named("calls/export", ops.calls_export),
+    _named("audit", ops.audit_export),
     _named("views", views.toolviews_view),
     _named("views/remove", views.toolviews_remove),
     path("<path:rest>", views.not_found, name="api-not-found"),

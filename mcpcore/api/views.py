@@ -7,7 +7,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.utils import timezone
 
-from .. import allowlist, control, files, serverconfig, toolviewstore
+from .. import allowlist, audit, control, files, serverconfig, toolviewstore
 from ..choices import CallStatus
 from ..db import cache
 from ..models import Server, Tool, ToolCall, mask_config
@@ -40,7 +40,7 @@ def mcp_servers(request: ApiRequest) -> JsonResponse:
         return JsonResponse({"servers": listing})
     edit = ServerEdit.check(json_body(request))
     try:
-        serverconfig.save(edit.name, edit.server)
+        serverconfig.save(edit.name, edit.server, by=audit.by(request))
     except serverconfig.ServerConfigError as exc:
         raise ApiError(str(exc)) from None
     except files.ConfigFileError as exc:
@@ -52,7 +52,7 @@ def mcp_servers(request: ApiRequest) -> JsonResponse:
 def mcp_remove(request: ApiRequest) -> JsonResponse:
     name = ServerRef.check(json_body(request)).name
     try:
-        found = serverconfig.remove(name)
+        found = serverconfig.remove(name, audit.by(request))
     except files.ConfigFileError as exc:
         raise _file_error(exc) from None
     if not found:
@@ -68,7 +68,7 @@ def allowlist_view(request: ApiRequest) -> JsonResponse:
         return JsonResponse({"tool": {"entries": allowlist.entries_for(entries, prefix)}})
     edit = AllowEdit.check(json_body(request)).tool
     try:
-        now = files.replace_allow_prefix(edit.prefix, edit.entries)
+        now = files.replace_allow_prefix(edit.prefix, edit.entries, by=audit.by(request))
     except files.ConfigFileError as exc:
         raise _file_error(exc) from None
     return JsonResponse({"ok": True, "tool": {"entries": now}})
@@ -140,13 +140,13 @@ def toolviews_view(request: ApiRequest) -> JsonResponse:
     if request.method == "GET":
         return JsonResponse({"views": toolviewstore.listing(request.api_token)})
     edit = ViewEdit.check(json_body(request))
-    view = toolviewstore.save(edit.name, edit.description, edit.include, edit.exclude)
+    view = toolviewstore.save(edit.name, edit.description, edit.include, edit.exclude, audit.by(request))
     return JsonResponse({"ok": True, "view": toolviewstore.to_dict(view, toolviewstore.registered_names())})
 
 
 @api_view(("POST",))
 def toolviews_remove(request: ApiRequest) -> JsonResponse:
-    if not toolviewstore.remove(ViewRef.check(json_body(request)).name):
+    if not toolviewstore.remove(ViewRef.check(json_body(request)).name, audit.by(request)):
         raise ApiError("view not found", 404)
     return JsonResponse({"ok": True})
 
@@ -285,6 +285,7 @@ async def confirm(request: ApiRequest, session_id: str, confirm_id: str) -> Json
         _who(request),
         lambda c: reply_refusal(token, c),
         local=calls.local_supervisor(request),
+        by=audit.by(request),
     )
     return JsonResponse({"ok": True})
 
@@ -305,7 +306,7 @@ def rules_view(request: ApiRequest) -> JsonResponse:
         return JsonResponse(_rules_body())
     lines = RulesEdit.check(json_body(request)).rules
     try:
-        files.write_rules(lines)
+        files.write_rules(lines, audit.by(request))
     except rules.RuleError as exc:
         raise ApiError(str(exc)) from None
     except files.ConfigFileError as exc:

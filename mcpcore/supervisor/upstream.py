@@ -106,6 +106,7 @@ class DbTokenStorage:
         self.fresh = fresh
         self.configured_client = client
         self.authorized_by: str | None = None
+        self.authorized_from = ""  # the address of the person's browser (the audit's)
         self.expiry: float | None = None  # the stored access token's absolute expiry (epoch)
         self.had_tokens = False
 
@@ -119,8 +120,9 @@ class DbTokenStorage:
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         data = tokens.model_dump(mode="json", exclude_none=True)
-        await db.run(oauth.store_tokens, self.name, self.url, data, self.authorized_by)
+        await db.run(oauth.store_tokens, self.name, self.url, data, self.authorized_by, self.authorized_from)
         self.authorized_by = None  # what follows are renewals
+        self.authorized_from = ""
         self.fresh = False
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
@@ -434,6 +436,7 @@ class Flow:
             status, code, error, person = row
             if status == FlowStatus.CODE:
                 self.storage.authorized_by = person
+                self.storage.authorized_from = str(code.get("from") or "")
                 return AuthorizationCodeResult(code=code["code"], state=self._state, iss=code.get("iss"))
             if status == FlowStatus.FAILED:
                 raise FlowFailed(error)

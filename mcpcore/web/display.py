@@ -198,36 +198,44 @@ def reply_message(call: ToolCall) -> str:
     return f"{replies.get(call.decision, call.decision)}: {call.tool_name}."
 
 
-def page_cursor(raw: str | None) -> tuple[datetime.datetime, uuid.UUID] | None:
-    """A page cursor `<created_at ISO>~<call id>`; anything else is no cursor."""
+def page_cursor(raw: str | None, key=uuid.UUID) -> tuple[datetime.datetime, object] | None:
+    """A page cursor `<time ISO>~<id>` (`key` reads the id: a call's UUID by default); anything
+    else is no cursor."""
     if not raw:
         return None
     stamp, _, cid = raw.partition("~")
     try:
         when = datetime.datetime.fromisoformat(stamp)
-        return (when if when.tzinfo else when.replace(tzinfo=datetime.UTC)), uuid.UUID(cid)
+        return (when if when.tzinfo else when.replace(tzinfo=datetime.UTC)), key(cid)
     except ValueError:
         return None
 
 
-def _cursor_of(call: ToolCall) -> str:
-    stamp = call.created_at.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return f"{stamp}~{call.id}"
+def _cursor_of(when: datetime.datetime, key: object) -> str:
+    stamp = when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"{stamp}~{key}"
 
 
 def history_page(rows, before, after, parts=None) -> dict:
-    """Keyset pages, newest first, over (created_at, id): cheap at any depth, no COUNT(*).
-    `parts`, when given, are querysets whose rows together are the page's (see `tool_parts`):
-    each is read up to a page and the pages merged."""
+    """Keyset pages of calls, newest first, over (created_at, id). `parts`, when given, are
+    querysets whose rows together are the page's (see `tool_parts`): each is read up to a page
+    and the pages merged."""
+    page, older, newer = keyset_page(rows, "created_at", before, after, parts)
+    return {"calls": [_history_row(c) for c in page], "older": older, "newer": newer}
+
+
+def keyset_page(rows, field: str, before, after, parts=None) -> tuple[list, str | None, str | None]:
+    """One page, newest first, over (`field`, id): cheap at any depth, no COUNT(*). Returns
+    the page's rows and the cursors of the older and newer pages (None: there is none)."""
     querysets = parts if parts is not None else [rows]
     if after is not None:
-        when, cid = after
+        when, key = after
         found = _merged(
             [
-                q.filter(created_at__gte=when).filter(Q(created_at__gt=when) | Q(id__gt=cid))
+                q.filter(**{f"{field}__gte": when}).filter(Q(**{f"{field}__gt": when}) | Q(id__gt=key))
                 for q in querysets
             ],
-            ("created_at", "id"),
+            (field, "id"),
             rows,
         )
         newer = len(found) > PAGE_SIZE
@@ -235,20 +243,20 @@ def history_page(rows, before, after, parts=None) -> dict:
         older = True
     else:
         if before is not None:
-            when, cid = before
+            when, key = before
             querysets = [
-                q.filter(created_at__lte=when).filter(Q(created_at__lt=when) | Q(id__lt=cid))
+                q.filter(**{f"{field}__lte": when}).filter(Q(**{f"{field}__lt": when}) | Q(id__lt=key))
                 for q in querysets
             ]
-        found = _merged(querysets, ("-created_at", "-id"), rows)
+        found = _merged(querysets, (f"-{field}", "-id"), rows)
         older = len(found) > PAGE_SIZE
         page = found[:PAGE_SIZE]
         newer = before is not None
-    return {
-        "calls": [_history_row(c) for c in page],
-        "older": _cursor_of(page[-1]) if older and page else None,
-        "newer": _cursor_of(page[0]) if newer and page else None,
-    }
+
+    def cursor(row) -> str:
+        return _cursor_of(getattr(row, field), row.id)
+
+    return page, cursor(page[-1]) if older and page else None, cursor(page[0]) if newer and page else None
 
 
 def _merged(querysets: list, order: tuple[str, str], rows) -> list:
@@ -257,17 +265,26 @@ def _merged(querysets: list, order: tuple[str, str], rows) -> list:
     if len(querysets) == 1:
         return list(querysets[0].order_by(*order)[: PAGE_SIZE + 1])
     newest_first = order[0].startswith("-")
+    field = order[0].lstrip("-")
     keys = sorted(
-        (
-            key
-            for q in querysets
-            for key in q.order_by(*order).values_list("created_at", "id")[: PAGE_SIZE + 1]
-        ),
+        (key for q in querysets for key in q.order_by(*order).values_list(field, "id")[: PAGE_SIZE + 1]),
         reverse=newest_first,
     )[: PAGE_SIZE + 1]
     found = list(rows.filter(id__in=[cid for _, cid in keys])) if keys else []
-    found.sort(key=lambda c: (c.created_at, c.id), reverse=newest_first)
+    found.sort(key=lambda c: (getattr(c, field), c.id), reverse=newest_first)
     return found
+
+
+def audit_rows(entries: list) -> list[dict]:
+    """The Audit page's rows: each entry with its before and after as readable JSON."""
+    return [
+        {
+            "entry": e,
+            "before": None if e.before is None else pretty(e.before),
+            "after": None if e.after is None else pretty(e.after),
+        }
+        for e in entries
+    ]
 
 
 # Above this many tool names matching a tool filter, the history is read in time order with

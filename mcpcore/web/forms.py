@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 
 from .. import files, schemas, serverconfig
-from ..choices import CallDecision, CallStatus, TokenRole, Transport
+from ..choices import AuditAction, CallDecision, CallStatus, TokenRole, Transport
 from ..models import SECRET_MASK, View
 
 TRANSPORT_CHOICES = [
@@ -230,6 +230,16 @@ class HistoryFilter(forms.Form):
     tool = forms.CharField(required=False)
     status = forms.ChoiceField(required=False, choices=[("", "any status"), *CallStatus.choices])
     session = forms.CharField(required=False, max_length=200)
+
+
+class AuditFilter(forms.Form):
+    """The Audit page's filters (SPEC 22.2): an action, an actor (exact), and a time window
+    (`since` inclusive, `until` exclusive; a time without a zone is UTC)."""
+
+    action = forms.ChoiceField(required=False, choices=[("", "any action"), *AuditAction.choices])
+    actor = forms.CharField(required=False, max_length=200)
+    since = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    until = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
 
 
 # --- "try it": arguments from a tool's input schema ---------------------------------------------

@@ -4,8 +4,6 @@ the peer, or the first `X-Forwarded-For` entry when the peer is one of AGENVOY_T
 a wrong second-factor code counts as a failed sign-in; a locked pair gets the sign-in page with
 429. AGENVOY_REQUIRE_2FA keeps a person without a second factor on the Account page."""
 
-import ipaddress
-
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.account.forms import LoginForm as AllauthLoginForm
 from allauth.mfa.base.forms import AuthenticateForm as AllauthAuthenticateForm
@@ -18,6 +16,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.loader import render_to_string
 
+from .. import audit
+
 SECOND_FACTORS = (Authenticator.Type.TOTP, Authenticator.Type.WEBAUTHN)
 
 
@@ -26,24 +26,8 @@ def lock_message() -> str:
 
 
 def client_address(request: HttpRequest) -> str:
-    """The peer, or the first `X-Forwarded-For` entry when the peer is a trusted proxy."""
-    peer = request.META.get("REMOTE_ADDR", "") or ""
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-    if not forwarded or not _trusted(peer):
-        return peer
-    first = forwarded.split(",")[0].strip()
-    try:
-        return str(ipaddress.ip_address(first))
-    except ValueError:
-        return peer
-
-
-def _trusted(peer: str) -> bool:
-    try:
-        address = ipaddress.ip_address(peer)
-    except ValueError:
-        return False
-    return any(address in network for network in settings.AGENVOY_TRUSTED_PROXIES)
+    """axes' client address: the audit trail's (the peer, or a trusted proxy's client)."""
+    return audit.address_of(request)
 
 
 def username_of(request: HttpRequest, credentials: dict | None) -> str:

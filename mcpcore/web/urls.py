@@ -40,6 +40,7 @@ urlpatterns = [
     path("notifications/", views.notifications, name="notifications"),
     path("notifications/<int:pk>/test/", views.notification_test, name="notification-test"),
     path("notifications/<int:pk>/remove/", views.notification_remove, name="notification-remove"),
+    path("audit/", views.audit_page, name="audit"),
     path("account/", views.account, name="account"),
     path("account/sessions/<int:pk>/sign-out/", views.session_sign_out, name="session-sign-out"),
 ]

@@ -34,6 +34,8 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 from django_htmx.middleware import HtmxDetails
 
 from .. import (
+    audit,
+    bearer,
     calls,
     control,
     db,
@@ -48,6 +50,7 @@ from .. import (
 from ..choices import CallStatus, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
+    AuditEntry,
     NotificationTarget,
     PermissionGrant,
     Server,
@@ -60,6 +63,7 @@ from ..models import (
 from ..schemas import InputError, RulesEdit, ViewEdit
 from . import display, live, signin
 from .forms import (
+    AuditFilter,
     HistoryFilter,
     ImportForm,
     ReplyForm,
@@ -75,6 +79,7 @@ if TYPE_CHECKING:
 
 from .display import (
     RESULT_HEAD,
+    audit_rows,
     check_url,
     claude_code_settings,
     client_config,
@@ -83,6 +88,7 @@ from .display import (
     example_only,
     file_problems,
     history_page,
+    keyset_page,
     page_cursor,
     pattern_lines,
     pretty,
@@ -271,7 +277,7 @@ def server_trust(request: HtmxRequest, name: str) -> HttpResponse:
         entries = sorted({n for n in request.POST.getlist("tools") if n in known})
     try:
         # Save is a person trusting what the page shows: changed definitions are pinned again.
-        now = files.replace_allow_prefix(server.prefix, entries, repin=True)
+        now = files.replace_allow_prefix(server.prefix, entries, repin=True, by=audit.by(request))
     except files.ConfigFileError as exc:
         note, ok = f"{exc} (fix the file first; it was not changed)", False
     else:
@@ -291,7 +297,7 @@ def server_add(request: HtmxRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         name = form.cleaned_data["name"]
         try:
-            serverconfig.save(name, form.config, creating=True)
+            serverconfig.save(name, form.config, creating=True, by=audit.by(request))
         except (files.ConfigFileError, serverconfig.ServerConfigError) as exc:
             form.add_error(None, str(exc))
         else:
@@ -317,7 +323,7 @@ def server_example(request: HttpRequest) -> HttpResponse:
         )
         return redirect("servers")
     try:
-        serverconfig.add_example()
+        serverconfig.add_example(audit.by(request))
     except files.ConfigFileError as exc:
         messages.error(request, f"{exc}.")
     else:
@@ -333,7 +339,7 @@ def server_edit(request: HtmxRequest, name: str) -> HttpResponse:
     form = ServerForm(request.POST if request.method == "POST" else None, initial=initial, editing=True)
     if request.method == "POST" and form.is_valid():
         try:
-            serverconfig.save(server.name, form.config, creating=False)
+            serverconfig.save(server.name, form.config, creating=False, by=audit.by(request))
         except (files.ConfigFileError, serverconfig.ServerConfigError) as exc:
             form.add_error(None, str(exc))
         else:
@@ -352,7 +358,7 @@ def server_edit(request: HtmxRequest, name: str) -> HttpResponse:
 def server_remove(request: HtmxRequest, name: str) -> HttpResponse:
     server = _get_server_or_404(name)
     try:
-        found = serverconfig.remove(server.name)
+        found = serverconfig.remove(server.name, audit.by(request))
     except files.ConfigFileError as exc:
         messages.error(request, f"{exc} (fix the file first; it was not changed)")
         return redirect("server-detail", server.name)
@@ -367,7 +373,7 @@ def server_enable(request: HtmxRequest, name: str, enabled: bool) -> HttpRespons
     server = _get_server_or_404(name)
 
     try:
-        serverconfig.set_enabled(server.name, enabled)
+        serverconfig.set_enabled(server.name, enabled, audit.by(request))
     except files.ConfigFileError as exc:
         messages.error(request, f"{exc} (fix the file first; it was not changed)")
     else:
@@ -400,7 +406,7 @@ def server_import(request: HtmxRequest) -> HttpResponse:
     if request.method == "POST" and request.POST.get("confirm"):
         try:
             servers = servers_from_json(request.POST.get("payload", ""))
-            count = serverconfig.import_all(servers)
+            count = serverconfig.import_all(servers, audit.by(request))
         except files.ConfigFileError as exc:
             messages.error(request, f"{exc} (fix the file first; it was not changed)")
         except ValidationError as exc:  # a payload edited between preview and confirm
@@ -513,7 +519,7 @@ def server_forget(request: HtmxRequest, name: str) -> HttpResponse:
     """`Forget authorization`: delete the stored tokens; the server disconnects and needs
     authorization again (SPEC 16.2)."""
     server = _get_server_or_404(name)
-    oauth.forget(server.name)
+    oauth.forget(server.name, audit.by(request))
     async_to_sync(control.reconnect)(server.name)
     messages.success(request, f"Forgot the authorization of {server.name}.")
     return _go(request, reverse("server-detail", args=[server.name]))
@@ -531,6 +537,7 @@ def oauth_callback(request: HtmxRequest) -> HttpResponse:
         request.GET.get("error", ""),
         request.user.get_username(),
         request.GET.get("iss", ""),
+        audit.address_of(request),
     )
     if flow is None:
         return render(request, "mcpcore/oauth_failed.html", {"message": oauth.UNKNOWN_STATE}, status=400)
@@ -576,6 +583,7 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
                 body,
                 request.user.get_username(),
                 local=calls.local_supervisor(request),
+                by=audit.by(request),
             )
         except calls.CallError as exc:
             messages.error(request, f"Not applied: {exc.message}.")
@@ -596,7 +604,7 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
 @require_POST
 def allowance_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
     row = get_object_or_404(SessionAllowance, pk=pk)
-    if SessionAllowance.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
+    if calls.revoke_allowance(row.pk, audit.by(request)):
         messages.success(request, f"Revoked the allowance of session {row.session_id}.")
     if request.htmx:
         return _fragment(request, "mcpcore/pending_list.html#allowances", {"allowances": live.allowances()})
@@ -695,7 +703,7 @@ def rules_page(request: HtmxRequest) -> HttpResponse:
     if request.method == "POST":
         text = request.POST.get("rules", "")
         try:
-            saved = files.write_rules(RulesEdit.check({"rules": rules_lines(text)}).rules)
+            saved = files.write_rules(RulesEdit.check({"rules": rules_lines(text)}).rules, audit.by(request))
         except (rules.RuleError, files.ConfigFileError, InputError) as exc:
             save_error, status = str(exc), 400
         else:
@@ -735,7 +743,7 @@ def toolviews_page(request: HtmxRequest) -> HttpResponse:
         except InputError as exc:
             save_error, status = exc.message, 400
         else:
-            toolviewstore.save(edit.name, edit.description, edit.include, edit.exclude)
+            toolviewstore.save(edit.name, edit.description, edit.include, edit.exclude, audit.by(request))
             messages.success(request, f"Saved view {edit.name}.")
             return redirect(f"{reverse('views')}#view-{edit.name}")
     else:
@@ -758,7 +766,7 @@ def toolviews_page(request: HtmxRequest) -> HttpResponse:
 @login_required
 @require_POST
 def toolview_remove(request: HtmxRequest, name: str) -> HttpResponse:
-    if toolviewstore.remove(name):
+    if toolviewstore.remove(name, audit.by(request)):
         messages.success(request, f"Removed view {name}; the tokens limited to it no longer see its tools.")
     return redirect("views")
 
@@ -791,8 +799,8 @@ def token_create(request: HtmxRequest) -> HttpResponse:
         return _tokens_page(request, form, None, status=400)
     data = form.cleaned_data
     views = list(data["views"]) or None
-    row, token = ApiToken.issue(
-        data["name"].strip(), data["may_auto"], data["role"] or TokenRole.AGENT, views
+    row, token = bearer.issue(
+        data["name"].strip(), data["may_auto"], data["role"] or TokenRole.AGENT, views, by=audit.by(request)
     )
     config = client_config(token, [v.name for v in views] if views else None)
     return _tokens_page(request, TokenForm(), {"row": row, "token": token, "config": config})
@@ -802,7 +810,7 @@ def token_create(request: HtmxRequest) -> HttpResponse:
 @require_POST
 def token_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
     row = get_object_or_404(ApiToken, pk=pk)
-    revoked, ended = calls.revoke_token(row.pk)
+    revoked, ended = calls.revoke_token(row.pk, audit.by(request))
     for call_id in ended:
         # Open Pending pages drop them live; anyone waiting on them wakes up.
         async_to_sync(calls.announce)(call_id)
@@ -823,7 +831,7 @@ def grant_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
     """End a grant ("Approve and remember" of a permission prompt, or a time-boxed grant): the
     token's next call of that tool waits for a person again."""
     grant = get_object_or_404(PermissionGrant.objects.select_related("token"), pk=pk)
-    if calls.revoke_permission(grant.pk):
+    if calls.revoke_permission(grant.pk, audit.by(request)):
         messages.success(request, f"{grant.token.name} must ask again for {grant.tool_name}.")
     if request.htmx:
         return _fragment(request, "mcpcore/token_list.html#token-list", {"tokens": token_rows()})
@@ -872,7 +880,7 @@ def notifications(request: HtmxRequest) -> HttpResponse:
             form["error"] = "That URL is too long (at most 2,000 characters)."
     if form["error"]:
         return _notifications_page(request, form, None, status=400)
-    target, secret = notify.add_target(kind, url, request.user.get_username())
+    target, secret = notify.add_target(kind, url, request.user.get_username(), audit.by(request))
     blank = {"kind": kind, "url": "", "error": ""}
     return _notifications_page(request, blank, {"target": target, "secret": secret})
 
@@ -890,9 +898,45 @@ def notification_test(request: HtmxRequest, pk: int) -> HttpResponse:
 @require_POST
 def notification_remove(request: HtmxRequest, pk: int) -> HttpResponse:
     target = get_object_or_404(NotificationTarget, pk=pk)
-    target.delete()
+    notify.remove_target(target, audit.by(request))
     messages.success(request, f"Removed {target.kind} target {target.url}.")
     return redirect("notifications")
+
+
+# --- the audit trail (Audit, SPEC 22.2) -----------------------------------------------------------
+
+
+@login_required
+@require_safe
+@htmx_page
+def audit_page(request: HtmxRequest) -> HttpResponse:
+    """Every change of what the console trusts or who may use it, newest first, in keyset
+    pages, filtered by action, actor and time. Read only: no page changes or deletes a row."""
+    form = AuditFilter(request.GET)
+    rows = AuditEntry.objects.all()
+    if form.is_valid():
+        f = form.cleaned_data
+        if f["action"]:
+            rows = rows.filter(action=f["action"])
+        if f["actor"].strip():
+            rows = rows.filter(actor=f["actor"].strip())
+        if f["since"]:
+            rows = rows.filter(at__gte=f["since"])
+        if f["until"]:
+            rows = rows.filter(at__lt=f["until"])
+    page, older, newer = keyset_page(
+        rows, "at", page_cursor(request.GET.get("before"), int), page_cursor(request.GET.get("after"), int)
+    )
+    context: dict[str, Any] = {
+        "entries": audit_rows(page),
+        "older": older,
+        "newer": newer,
+        "filtered": any(request.GET.get(k) for k in ("action", "actor", "since", "until")),
+    }
+    if request.htmx:
+        return render(request, "mcpcore/audit_list.html#audit-table", context)
+    context.update(form=form, audit_days=settings.AGENVOY_AUDIT_DAYS)
+    return render(request, "mcpcore/audit_list.html", context)
 
 
 # --- Account (SPEC 22.1): second factors, password, sessions ---------------------------------
@@ -970,7 +1014,13 @@ def one_tap(request: HttpRequest, token: str) -> HttpResponse:
         return _private(response)
     who = f"{target.name} (one-tap)"
     try:
-        async_to_sync(calls.respond)(call.session_id, str(call.confirm_id), {"approve": approve}, who)
+        async_to_sync(calls.respond)(
+            call.session_id,
+            str(call.confirm_id),
+            {"approve": approve},
+            who,
+            by=audit.Actor(who, audit.address_of(request)),
+        )
     except calls.CallError:
         return _plain(LINK_GONE, 410)
     return _plain("approved" if approve else "denied", 200)

@@ -64,6 +64,7 @@ EXPECT: dict[tuple[str, str], dict] = {
     # Any role may post a hook (a permission prompt of its own); the empty body names no event.
     ("api-hooks-claude-code", "POST"): same((400, "unsupported hook event: ")),
     ("api-calls-export", "GET"): {"agent": denied("export history"), "approver": OK, "admin": OK},
+    ("api-audit", "GET"): admin_only("read the audit trail"),
     ("api-views", "GET"): same(OK),
     ("api-views", "POST"): admin_only("change views", (400, "invalid view name: must not be empty")),
     ("api-views-remove", "POST"): admin_only("change views", (404, "view not found")),

@@ -289,7 +289,7 @@ def test_it_passes_axe_and_the_tab_walk_on_every_other_page(page, console, agent
     page.get_by_role("button", name="Import 1 server").click()
     expect(page.get_by_text("Imported 1 server.")).to_be_visible()
 
-    # Tokens, rules, notifications: empty and filled.
+    # Tokens, rules, views, notifications: empty and filled.
     page.goto("/tokens/")
     seen(page, "tokens", "one token")
     page.goto("/rules/")
@@ -328,6 +328,15 @@ def test_it_passes_axe_and_the_tab_walk_on_every_other_page(page, console, agent
     page.get_by_role("button", name="Add target").click()
     expect(page.get_by_role("heading", name="Added ntfy target")).to_be_visible()
     seen(page, "notifications", "a target just added")
+
+    # The audit trail of everything above, then filtered to one action.
+    page.goto("/audit/")
+    expect(page.locator("#audit-table")).to_contain_text("notify.add")
+    seen(page, "audit", "the changes of this run")
+    page.get_by_label("Action").select_option("view.add")
+    expect(page.locator("#audit-table tbody tr")).to_have_count(1)
+    expect(page.locator("#audit-table")).to_contain_text("clock")
+    seen(page, "audit", "filtered by action")
 
     # History filtered, and a call's page once more (a call that waited, then ran).
     page.goto("/history/?server=time")

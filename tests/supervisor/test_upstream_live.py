@@ -14,7 +14,7 @@ import time
 import httpx2
 import pytest
 
-from tests.live import Console, signed_in, wait_until
+from tests.live import Console, db_rows, signed_in, wait_until
 from tests.servers.oauthlab.app import fingerprint
 from tests.servers.oauthlab.run import NOT_AUTHORIZED, Lab, authorize, consent, leaks, path_of
 from tests.webhooks import Receiver
@@ -115,6 +115,12 @@ def test_it_connects_after_the_person_approves_at_the_authorization_server(c, la
     assert oauth["grant"] == "authorization_code" and oauth["authorized"] is True
     assert oauth["authorized_by"] == "op" and oauth["authorized_at"] and oauth["expires_at"]
     assert oauth["scopes"] == ["lab.read"]
+    # The audit trail (SPEC 22.2): the person who came back with the code, from their browser.
+    rows = db_rows(
+        c, "SELECT actor, address, object, after FROM mcpcore_auditentry WHERE action = 'server.authorize'"
+    )
+    assert [r[:3] for r in rows] == [("op", "127.0.0.1", "lab")]
+    assert json.loads(rows[0][3])["scopes"] == ["lab.read"] and "token" not in rows[0][3]
 
     sent = lab.authorize_requests()[-1]
     assert sent["resource"] == lab.mcp_url and sent["code_challenge_method"] == "S256"

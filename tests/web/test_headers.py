@@ -25,7 +25,7 @@ BLOCKED = {
 }
 
 PAGES = ["/", "/add-server/", "/import-servers/", "/servers/every/", "/pending/", "/history/", "/tokens/"]
-PAGES += ["/rules/", "/views/", "/notifications/"]
+PAGES += ["/rules/", "/views/", "/notifications/", "/audit/"]
 
 
 def test_the_template_scan_finds_each_blocked_form():

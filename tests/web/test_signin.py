@@ -253,3 +253,40 @@ def test_every_page_the_account_page_leads_to_opens(client, person):
         r = client.get(path)
         assert r.status_code == 200, path
         assert 'class="topbar"' in r.content.decode() and "Agenvoy MCP console" in r.content.decode(), path
+
+
+def _rows(action: str) -> list:
+    from mcpcore.models import AuditEntry
+
+    return list(AuditEntry.objects.filter(action=action).order_by("id"))
+
+
+def test_sign_ins_and_second_factors_are_in_the_audit_trail(person, django_capture_on_commit_callbacks):
+    """SPEC 22.2: signin.ok, signin.failed, signin.locked, mfa.add, mfa.remove, with actor,
+    object and address; no password or code in any row."""
+    from mcpcore.models import AuditEntry
+
+    c = Client(REMOTE_ADDR="10.2.2.2")
+    sign_in(c, password="wrong-guess-1")
+    [failed] = _rows("signin.failed")
+    assert (failed.actor, failed.object, failed.address) == ("alice", "alice", "10.2.2.2")
+    for _ in range(4):
+        sign_in(c, password="wrong-guess-1")
+    [locked] = _rows("signin.locked")
+    assert (locked.object, locked.address, locked.after) == ("alice", "10.2.2.2", {"minutes": 15})
+    call_command("axes_reset", stdout=io.StringIO())
+    sign_in(c)
+    [ok] = _rows("signin.ok")
+    assert (ok.actor, ok.object, ok.address) == ("alice", "alice", "10.2.2.2")
+    with django_capture_on_commit_callbacks(execute=True):  # allauth tells once committed
+        secret, codes = _add_authenticator_app(c)
+    added = _rows("mfa.add")
+    assert {tuple(r.after.items()) for r in added} >= {(("kind", "authenticator app"),)}
+    assert all(r.actor == "alice" and r.address == "10.2.2.2" for r in added)
+    call_command("reset_2fa", "alice", stdout=io.StringIO())
+    removed = _rows("mfa.remove")
+    assert {r.before["kind"] for r in removed} == {"authenticator app", "recovery codes"}
+    assert all(r.actor == "system" for r in removed)
+    everything = " ".join(str([r.before, r.after, r.object]) for r in AuditEntry.objects.all())
+    for secret_value in (PASSWORD, "wrong-guess-1", secret, *codes):
+        assert secret_value not in everything

@@ -1,8 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import toolviewstore
+from ... import audit, bearer, toolviewstore
 from ...choices import TokenRole
-from ...models import ApiToken
 
 
 class Command(BaseCommand):
@@ -31,5 +30,5 @@ class Command(BaseCommand):
             limited, unknown = toolviewstore.known_toolviews(views)
             if unknown:
                 raise CommandError(f"unknown view: {', '.join(unknown)}")
-        _, token = ApiToken.issue(name, may_auto=not no_auto, role=role, views=limited)
+        _, token = bearer.issue(name, not no_auto, role, limited, by=audit.BY_SYSTEM)
         self.stdout.write(token)

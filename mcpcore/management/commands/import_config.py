@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import files, serverconfig
+from ... import audit, files, serverconfig
 
 
 class Command(BaseCommand):
@@ -20,7 +20,7 @@ class Command(BaseCommand):
         except (ValueError, UnicodeDecodeError) as exc:
             raise CommandError(f"{file} is not valid JSON: {exc}") from None
         try:
-            count = serverconfig.import_all(files.import_shape(data))
+            count = serverconfig.import_all(files.import_shape(data), audit.BY_SYSTEM)
         except files.ConfigFileError as exc:
             raise CommandError(f"{file}: {exc}") from None
         self.stdout.write(f"imported {count} server{'s' if count != 1 else ''} from {file}")

@@ -13,6 +13,9 @@ class Command(BaseCommand):
     def handle(self, username, **options):
         from allauth.mfa.models import Authenticator
 
+        from mcpcore import audit
+        from mcpcore.choices import AuditAction
+
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no such user: {username}")
@@ -24,6 +27,8 @@ class Command(BaseCommand):
             name = KIND_NAMES.get(authenticator.type, authenticator.type)
             if authenticator.type == Authenticator.Type.WEBAUTHN:
                 name += f" {authenticator.wrap().name!r}"
+            before = audit.factor(authenticator)
             authenticator.delete()
+            audit.record(AuditAction.MFA_REMOVE, username, actor=audit.BY_SYSTEM, before=before)
             self.stdout.write(f"removed {name}")
         self.stdout.write(f"{username} now signs in with a password alone.")
