@@ -9,13 +9,12 @@ import json
 import sqlite3
 import time
 
-from bench.common import Figure, django_setup, ms, percentile
-from bench.history import REQUESTS, timed
+from bench.common import Figure, django_setup, percentile
+from bench.history import REQUESTS, page_figures, timed
 
 NAME = "audit"
 ROWS = 1_000_000
 CALLS = 100
-TARGET_MS = 150.0
 # How often each action occurs among the rows, as a console's trail might hold them.
 ACTIONS = (
     ["trust.change"] * 4 + ["server.edit"] * 2 + ["allowance.add"] * 2 + ["token.create", "rules.change"]
@@ -96,24 +95,7 @@ def run() -> list[Figure]:
         ("a page far back", "/audit/?before=2000-01-01T00:00:00.000000Z~1", b""),
     ]
     note = f"test Client, {REQUESTS} requests each; {ROWS:,} rows made in {setup_s:.0f} s"
-    figures = []
-    for label, path, expect in pages:
-        db_times: list[float] = []
-        p50 = percentile(timed(signed_in, path, expect, db_times), 50)
-        figures.append(
-            Figure(
-                NAME,
-                f"audit page {label}, {ROWS:,} rows, p50",
-                ms(p50),
-                "ms",
-                ms(empty),
-                "sign-in page p50",
-                f"< {TARGET_MS:.0f} ms",
-                ms(p50) < TARGET_MS,
-                note,
-                extra={"database_ms_p50": ms(percentile(db_times, 50))},
-            )
-        )
+    figures = page_figures(NAME, "audit page", f"{ROWS:,} rows", pages, signed_in, empty, note)
     written = calls_write_no_rows()
     figures.append(
         Figure(

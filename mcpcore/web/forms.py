@@ -238,8 +238,14 @@ class AuditFilter(forms.Form):
 
     action = forms.ChoiceField(required=False, choices=[("", "any action"), *AuditAction.choices])
     actor = forms.CharField(required=False, max_length=200)
-    since = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    until = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    # Plain text fields for ISO times: a datetime-local input's segments each take a Tab stop
+    # and keep the focus ring off the field, and its width does not shrink to a phone's.
+    since = forms.DateTimeField(
+        required=False, widget=forms.TextInput(attrs={"placeholder": "2026-12-01T00:00"})
+    )
+    until = forms.DateTimeField(
+        required=False, widget=forms.TextInput(attrs={"placeholder": "2026-12-02T00:00"})
+    )
 
 
 # --- "try it": arguments from a tool's input schema ---------------------------------------------
