@@ -170,6 +170,8 @@ def record_lines(
 
 
 def _signed_in(sender, request, user, **kwargs) -> None:
+    if request is None or request.method != "POST":
+        return  # a session made in code (a test client's force_login), not a person signing in
     who = user.get_username()
     record(AuditAction.SIGNIN_OK, who, actor=who, address=address_of(request) if request is not None else "")
 
