@@ -17,13 +17,18 @@ def pytest_terminal_summary(terminalreporter):
 
 
 @pytest.fixture(scope="module")
-def page(console):
+def browser():
+    """One Chromium for the module."""
+    with sync_playwright() as pw:
+        b = launch(pw)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def page(console, browser):
     """One Chromium page at desktop width on the module's `console` (each browser module makes
     that fixture: `console_with_user` in tests/e2e/browser.py)."""
-    with sync_playwright() as pw:
-        browser = launch(pw)
-        context = new_context(browser, viewport=DESKTOP, base_url=console.url)
-        p = context.new_page()
-        yield p
-        context.close()
-        browser.close()
+    context = new_context(browser, viewport=DESKTOP, base_url=console.url)
+    yield context.new_page()
+    context.close()

@@ -9,14 +9,13 @@ Screenshots of every page at 390 and 1280 px go to artifacts/anywhere/ (not comm
 import json
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from tests.e2e.browser import (
     DESKTOP,
     PHONE,
     TIMEOUT,
     console_with_user,
-    launch,
     nav,
     new_context,
     shoot_into,
@@ -73,14 +72,6 @@ def console(module_console):
     module_console.start(c)
     c.wait_connected("echo")
     return c
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as pw:
-        b = launch(pw)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

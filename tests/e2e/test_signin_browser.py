@@ -10,10 +10,10 @@ Run on its own: `pytest -m e2e tests/e2e/test_signin_browser.py`."""
 import re
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from tests.e2e import a11y
-from tests.e2e.browser import DESKTOP, console_with_user, launch, new_context
+from tests.e2e.browser import DESKTOP, console_with_user, new_context
 from tests.web.test_signin import totp
 
 pytestmark = pytest.mark.e2e
@@ -29,14 +29,6 @@ def console(module_console):
     c.env["AGENVOY_PUBLIC_URL"] = c.url.replace("127.0.0.1", "localhost")
     module_console.start(c)
     return c
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as pw:
-        b = launch(pw)
-        yield b
-        b.close()
 
 
 def at_localhost(browser, console):
