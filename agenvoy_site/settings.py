@@ -381,6 +381,7 @@ ACCOUNT_REAUTHENTICATION_REQUIRED = False
 ACCOUNT_RATE_LIMITS = False  # axes is the one limit on failed sign-ins (above)
 MFA_SUPPORTED_TYPES = ["totp", "webauthn", "recovery_codes"]
 MFA_FORMS = {"authenticate": "mcpcore.web.signin.AuthenticateForm"}
+MFA_ADAPTER = "mcpcore.web.signin.MFAAdapter"
 MFA_PASSKEY_LOGIN_ENABLED = True
 # Adding or removing a factor asks for no second password entry (docs/decisions.md).
 MFA_REAUTHENTICATION_REQUIRED = False

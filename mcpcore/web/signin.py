@@ -6,6 +6,7 @@ a wrong second-factor code counts as a failed sign-in; a locked pair gets the si
 
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.account.forms import LoginForm as AllauthLoginForm
+from allauth.mfa.adapter import DefaultMFAAdapter
 from allauth.mfa.base.forms import AuthenticateForm as AllauthAuthenticateForm
 from allauth.mfa.models import Authenticator
 from axes.handlers.proxy import AxesProxyHandler
@@ -16,7 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.loader import render_to_string
 
-from .. import audit
+from .. import audit, oauth
 
 SECOND_FACTORS = (Authenticator.Type.TOTP, Authenticator.Type.WEBAUTHN)
 
@@ -55,6 +56,17 @@ class AccountAdapter(DefaultAccountAdapter):
 
     def get_client_ip(self, request: HttpRequest) -> str:
         return client_address(request) or "0.0.0.0"
+
+
+class MFAAdapter(DefaultMFAAdapter):
+    """The TOTP key and the recovery codes' seed are kept sealed, as the OAuth tokens are
+    (`oauth.seal`, under the secret key), never in clear in the database."""
+
+    def encrypt(self, text: str) -> str:
+        return oauth.seal(text)
+
+    def decrypt(self, encrypted_text: str) -> str:
+        return oauth.unseal(encrypted_text) or ""
 
 
 class LoginForm(AllauthLoginForm):

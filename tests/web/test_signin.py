@@ -290,3 +290,13 @@ def test_sign_ins_and_second_factors_are_in_the_audit_trail(person, django_captu
     everything = " ".join(str([r.before, r.after, r.object]) for r in AuditEntry.objects.all())
     for secret_value in (PASSWORD, "wrong-guess-1", secret, *codes):
         assert secret_value not in everything
+
+
+def test_the_second_factors_secrets_are_not_kept_in_clear(client, person):
+    from allauth.mfa.models import Authenticator
+
+    sign_in(client)
+    secret, codes = _add_authenticator_app(client)
+    stored = " ".join(str(a.data) for a in Authenticator.objects.filter(user=person))
+    assert secret not in stored
+    assert not any(code in stored for code in codes)
