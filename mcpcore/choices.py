@@ -75,11 +75,26 @@ class Mode(TextChoices):
 
 
 class CallKind(TextChoices):
-    """What a call asks (`ToolCall.kind`): a tool of an MCP server, or a permission prompt
-    (SPEC 13.5) about an agent's own tool, which never runs on a server."""
+    """What a call asks (`ToolCall.kind`): a tool of an MCP server, a permission prompt
+    (SPEC 13.5) about an agent's own tool, which never runs on a server, or a prompt get or a
+    resource read on a server (SPEC 20.3).
+
+    The history and `GET /v1/mcp/calls/<id>` call a tool call's kind `tool` (`history_kind`);
+    the inbox keeps `tool_confirm` (SPEC 7)."""
 
     TOOL_CONFIRM = "tool_confirm", "tool_confirm"
     PERMISSION_PROMPT = "permission_prompt", "permission_prompt"
+    PROMPT = "prompt", "prompt"
+    RESOURCE = "resource", "resource"
+
+
+def history_kind(kind: str) -> str:
+    """A call's kind as the history and `GET /v1/mcp/calls/<id>` name it (SPEC 20.3)."""
+    return "tool" if kind == CallKind.TOOL_CONFIRM else kind
+
+
+# The kinds the History page and the export filter by, in the order the page offers them.
+HISTORY_KINDS = ("tool", CallKind.PROMPT.value, CallKind.RESOURCE.value, CallKind.PERMISSION_PROMPT.value)
 
 
 class CallDecision(TextChoices):

@@ -66,6 +66,9 @@ class Server(models.Model):
     server_info = models.JSONField(default=dict, blank=True)
     instructions = models.TextField(blank=True, default="")
     signature = models.CharField(max_length=64, blank=True, default="")
+    # The same record for its prompts, and for its resources with their templates (SPEC 20.1).
+    prompt_signature = models.CharField(max_length=64, blank=True, default="")
+    resource_signature = models.CharField(max_length=64, blank=True, default="")
     last_refresh = models.DateTimeField(null=True, blank=True)
     warnings = models.JSONField(default=list, blank=True)
     # Scale-out lease: exactly one live worker owns a server's session.
@@ -210,6 +213,8 @@ class Tool(models.Model):
     digest = models.CharField(max_length=64, blank=True, default="")  # definition digest (14.1)
     llm_safe = models.BooleanField(default=True)
     position = models.PositiveIntegerField(default=0)
+    # The tool's `_meta` as the server gave it (`ui.resourceUri`, `ui.visibility`: SPEC 20.5).
+    meta = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["server__name", "tool_name"]
@@ -228,6 +233,85 @@ class Tool(models.Model):
             # A down server's tools stay registered; agents can see they won't run now.
             "available": self.server.is_connected,
         }
+
+
+class Prompt(models.Model):
+    """A prompt of a connected server (SPEC 20.1), registered as `mcp__<server>__<prompt>` by
+    section 3's rules. Rows of a server are replaced together when `Server.prompt_signature`
+    changes."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="prompts")
+    name = models.CharField(max_length=512)
+    registered_name = models.CharField(max_length=700, unique=True)
+    title = models.CharField(max_length=512, blank=True, default="")
+    description = models.TextField(blank=True, default="")
+    # [{"name", "description"?, "required"?, "title"?}] as the server gave them.
+    arguments = models.JSONField(default=list, blank=True)
+    meta = models.JSONField(default=dict, blank=True)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["server__name", "position", "name"]
+
+    def __str__(self) -> str:
+        return self.registered_name
+
+
+class Resource(models.Model):
+    """A resource a connected server lists (SPEC 20.1). Its URI is served unchanged; rows of a
+    server are replaced together with its templates when `Server.resource_signature` changes."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="resources")
+    uri = models.TextField()
+    name = models.CharField(max_length=512, blank=True, default="")
+    title = models.CharField(max_length=512, blank=True, default="")
+    description = models.TextField(blank=True, default="")
+    mime_type = models.CharField(max_length=255, blank=True, default="")
+    size = models.BigIntegerField(null=True, blank=True)
+    annotations = models.JSONField(default=dict, blank=True)
+    meta = models.JSONField(default=dict, blank=True)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["server__name", "position"]
+
+    def __str__(self) -> str:
+        return self.uri
+
+
+class ResourceTemplate(models.Model):
+    """A resource template (RFC 6570 URI template) a connected server lists (SPEC 20.1)."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="resource_templates")
+    uri_template = models.TextField()
+    name = models.CharField(max_length=512, blank=True, default="")
+    title = models.CharField(max_length=512, blank=True, default="")
+    description = models.TextField(blank=True, default="")
+    mime_type = models.CharField(max_length=255, blank=True, default="")
+    annotations = models.JSONField(default=dict, blank=True)
+    meta = models.JSONField(default=dict, blank=True)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["server__name", "position"]
+
+    def __str__(self) -> str:
+        return self.uri_template
+
+
+class ResourceSubscription(models.Model):
+    """A resource some MCP client of the console subscribed to (SPEC 20.2): the worker holding
+    the server subscribes upstream to every URI listed here for it (at connect, and when told
+    of a new one), so a new holder after a failover subscribes again."""
+
+    server_name = models.CharField(max_length=64)
+    uri = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["server_name", "uri"], name="mcpcore_subscription_uniq")
+        ]
 
 
 class View(models.Model):

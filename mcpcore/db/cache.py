@@ -1,4 +1,5 @@
-"""Tokens, tools, pins, server names and views as every call reads them, kept in memory until any of them changes.
+"""Tokens, tools, pins, server names, views (and the listings built from them, with prompts
+and resources) as every call reads them, kept in memory until any of them changes.
 
 Every change to those tables, made by any process through any door (pages, `/v1`, the
 supervisor, a management command, the admin, plain SQL), raises the one `CacheGeneration`
@@ -129,6 +130,9 @@ WATCHED = {
     "mcpcore_server": ("name", "enabled", "state", "last_error"),
     "mcpcore_tool": None,
     "mcpcore_toolpin": None,
+    "mcpcore_prompt": None,
+    "mcpcore_resource": None,
+    "mcpcore_resourcetemplate": None,
 }
 BUMP = f"UPDATE {TABLE} SET n = n + 1 WHERE id = 1"
 
