@@ -300,26 +300,25 @@ def test_it_lists_resources_and_templates_with_uris_unchanged_and_names_prefixed
 @pytest.mark.parametrize("mode", ERAS)
 def test_it_routes_reads_by_listed_uri_template_and_a_tools_app(c, direct, mode):
     async def reads(client):
-        kib = (await client.read_resource("test://a/kib")).contents
-        item = (await client.read_resource("test://b/items/pear")).contents
-        app = (await client.read_resource("ui://a/app.html")).contents
-        app_b = (await client.read_resource("ui://b/app.html")).contents
-        demo = (await client.read_resource("demo://resource/dynamic/text/1")).contents
-        return kib, item, app, app_b, demo
+        return [
+            (await client.read_resource("test://a/kib")).contents,  # listed by a
+            (await client.read_resource("test://b/items/pear")).contents,  # b's template
+            (await client.read_resource("ui://a/app.html")).contents,  # only a's tools name it
+            (await client.read_resource("ui://b/app.html")).contents,
+            (await client.read_resource("demo://resource/dynamic/text/1")).contents,  # every's template
+        ]
 
-    for path in ("/mcp", "/mcp/v/apps"):
-        if path == "/mcp/v/apps":  # b is not in that view
-            kib = on(c, path, mode, lambda client: client.read_resource("test://a/kib"))
-            assert kib.contents[0].text == "k" * 1024
-            continue
-        kib, item, app, app_b, demo = on(c, path, mode, reads)
-        assert [(x.uri, x.mime_type, x.text) for x in kib] == [("test://a/kib", "text/plain", "k" * 1024)]
-        assert item[0].text == "item pear of b"
-        assert (app[0].uri, app[0].mime_type, app[0].text) == ("ui://a/app.html", APP, direct["app"].text)
-        assert app_b[0].mime_type == APP and "b app" in app_b[0].text
-        assert demo[0].uri == "demo://resource/dynamic/text/1" and demo[0].text
-    own = on(c, "/mcp/a", mode, lambda client: client.read_resource("ui://a/app.html"))
-    assert own.contents[0].mime_type == APP
+    kib, item, app, app_b, demo = on(c, "/mcp", mode, reads)
+    assert [(x.uri, x.mime_type, x.text) for x in kib] == [("test://a/kib", "text/plain", "k" * 1024)]
+    assert item[0].text == "item pear of b"
+    assert (app[0].uri, app[0].mime_type, app[0].text) == ("ui://a/app.html", APP, direct["app"].text)
+    assert app_b[0].mime_type == APP and "b app" in app_b[0].text
+    assert demo[0].uri == "demo://resource/dynamic/text/1" and demo[0].text
+    for path in ("/mcp/a", "/mcp/v/apps"):
+        app = on(c, path, mode, lambda client: client.read_resource("ui://a/app.html")).contents[0]
+        assert (app.mime_type, app.text) == (APP, direct["app"].text), path
+        kib = on(c, path, mode, lambda client: client.read_resource("test://a/items/fig")).contents[0]
+        assert kib.text == "item fig of a", path
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -419,12 +418,10 @@ def bump(c, server: str = "a") -> None:
 
 def test_it_passes_resource_updates_to_a_2025_subscriber_within_two_seconds(c):
     updated: list = []
-    seen = anyio.Event()
 
     async def on_message(message):
         if isinstance(message, mcp_types.ResourceUpdatedNotification):
             updated.append(message.params.uri)
-            seen.set()
 
     async def scenario(client):
         with warnings.catch_warnings():
@@ -433,8 +430,7 @@ def test_it_passes_resource_updates_to_a_2025_subscriber_within_two_seconds(c):
         before = (await client.read_resource("test://a/counter", cache_mode="refresh")).contents[0].text
         asked = time.monotonic()
         await in_thread(bump, c)
-        with anyio.fail_after(5):
-            await seen.wait()
+        await await_until(lambda: updated, 5, what="notifications/resources/updated")
         took = time.monotonic() - asked
         after = (await client.read_resource("test://a/counter", cache_mode="refresh")).contents[0].text
         return before, took, after
