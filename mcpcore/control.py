@@ -14,6 +14,7 @@ from .choices import ServerState
 SUPERVISORS = "mcp-supervisors"  # group every supervisor worker joins
 STATUS = "mcp-status"  # group browsers join for live server status
 PENDING = "mcp-pending"  # group browsers join for live pending confirmations
+RESOURCES = "mcp-resources"  # group every web process joins for upstream resource updates
 
 
 def call_group(call_id: str) -> str:

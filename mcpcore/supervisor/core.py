@@ -29,7 +29,12 @@ from django.utils import timezone
 from .. import calls, control, db, files, notify, retention
 from ..models import Server, Worker
 from . import runner, upstream
-from .session import ServerSession
+from .session import ServerSession, upstream_error
+
+
+class NotConnected(Exception):
+    """No session of the server is ready in this worker."""
+
 
 log = logging.getLogger("mcpcore.supervisor")
 
@@ -195,6 +200,54 @@ class Supervisor:
             from channels.layers import get_channel_layer
 
             await get_channel_layer().send(reply, {"type": "reconnect.done", "servers": outcome})
+
+    # --- resource subscriptions and completions (SPEC 20.2) ----------------------------------
+
+    def resubscribe(self, server_name: str) -> None:
+        """A client subscribed to (or dropped) a resource of a server: its session re-reads
+        the rows and follows them upstream, in its own task."""
+        session = self.sessions.get(server_name)
+        if session is not None:
+            session.resubscribe()
+
+    def spawn_complete(
+        self, server_name: str, ref: dict, argument: dict, context: dict | None, reply: str
+    ) -> None:
+        task = asyncio.ensure_future(self._complete(server_name, ref, argument, context, reply))
+        self._flow_tasks.add(task)
+        task.add_done_callback(self._flow_tasks.discard)
+
+    async def _complete(
+        self, server_name: str, ref: dict, argument: dict, context: dict | None, reply: str
+    ) -> None:
+        """Ask the server for completions of a prompt's or template's argument and answer
+        `reply` with `complete.done`: the result's wire JSON, or the JSON-RPC error."""
+        from channels.layers import get_channel_layer
+
+        try:
+            answer = {"result": await self._completion(server_name, ref, argument, context)}
+        except Exception as exc:
+            answer = {"error": upstream_error(exc, self.sessions.get(server_name))}
+        await get_channel_layer().send(reply, {"type": "complete.done", **answer})
+
+    async def _completion(self, server_name: str, ref: dict, argument: dict, context: dict | None) -> dict:
+        import anyio
+        import mcp_types as types
+
+        session = self.sessions.get(server_name)
+        client = await session.wait_ready(settings.AGENVOY_CONNECT_TIMEOUT) if session else None
+        if client is None:
+            reason = session.error if session and session.error else "not held by this worker"
+            raise NotConnected(f"server {server_name} is not connected: {reason}")
+        reference = (
+            types.PromptReference.model_validate(ref)
+            if ref.get("type") == "ref/prompt"
+            else types.ResourceTemplateReference.model_validate(ref)
+        )
+        arguments = (context or {}).get("arguments") or None
+        with anyio.fail_after(settings.AGENVOY_LIST_TIMEOUT):
+            result = await client.complete(reference, dict(argument), context_arguments=arguments)
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     # --- OAuth flows (SPEC 16.2) -------------------------------------------------------------
 

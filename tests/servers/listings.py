@@ -1,0 +1,121 @@
+"""Test server whose prompts and resources change on demand (SPEC 20.1), for list_changed,
+polling and failed-listing cases, in process (`tests/supervisor/test_listings.py` imports
+`make()`) or over stdio:
+
+    python tests/servers/listings.py
+
+What a test can do to a server made by `make()` (`Listings`):
+- `add_prompt(name)` / `add_resource(uri)`: a new prompt or resource, announced or not;
+- `announce_prompts()` / `announce_resources()`: the list_changed of that kind (2026-07-28:
+  on the `subscriptions/listen` bus; 2025-11-25: on the last session);
+- `failing["prompts/list"] = "why"`: that listing answers a JSON-RPC error;
+- `updated(uri)`: `ResourceUpdated` for listeners subscribed to that URI.
+Its tool `client_extensions` answers the client's declared extensions as JSON.
+"""
+
+import json
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.prompts.base import Prompt
+from mcp.server.mcpserver.resources.types import TextResource
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ResourceUpdated
+from mcp_types import Completion, PromptReference
+
+
+class Listings:
+    """One listings server and the knobs a test turns."""
+
+    def __init__(self) -> None:
+        self.bus = InMemorySubscriptionBus()
+        self.failing: dict[str, str] = {}
+        self.last_session = None
+        mcp = self.mcp = MCPServer("listings", subscriptions=self.bus, log_level="WARNING")
+        mcp.middleware.append(self._middleware)
+
+        @mcp.tool()
+        def ping() -> str:
+            """A tool, so that a failed prompt listing has tools to keep."""
+            return "pong"
+
+        @mcp.tool()
+        def client_extensions(ctx: Context) -> str:
+            """The extensions the client declared, as JSON."""
+            caps = ctx.client_capabilities
+            return json.dumps((caps.extensions if caps else None) or {}, sort_keys=True)
+
+        @mcp.prompt(title="Greeting", description="Greets someone.")
+        def greet(name: str, mood: str = "glad") -> str:
+            return f"Hello {name}, I am {mood}."
+
+        @mcp.resource("listings://static/readme", name="readme", title="Read me", mime_type="text/plain")
+        def readme() -> str:
+            return "the readme"
+
+        @mcp.resource("listings://static/logo", name="logo", mime_type="image/png")
+        def logo() -> bytes:
+            return b"\x89PNG\r\n\x1a\n1234"
+
+        @mcp.resource("listings://item/{item}", name="item", description="One item.", mime_type="text/plain")
+        def item(item: str) -> str:
+            return f"item {item}"
+
+        @mcp.completion()
+        async def complete(ref, argument, context):
+            if isinstance(ref, PromptReference) and argument.name == "name":
+                names = ["alice", "albert", "bob"]
+                return Completion(values=[n for n in names if n.startswith(argument.value)])
+            return None
+
+    async def _middleware(self, ctx, call_next):
+        if ctx.method in self.failing:
+            raise MCPError(code=-32603, message=self.failing[ctx.method])
+        if ctx.request_id is not None and ctx.method != "subscriptions/listen":
+            self.last_session = getattr(ctx, "session", None)
+        return await call_next(ctx)
+
+    def add_prompt(self, name: str) -> None:
+        def fn() -> str:
+            return f"I am {name}"
+
+        self.mcp.add_prompt(Prompt.from_function(fn, name=name, description=f"Prompt {name}."))
+
+    def add_resource(self, uri: str, text: str = "new") -> None:
+        self.mcp.add_resource(
+            TextResource(uri=uri, name=uri.rsplit("/", 1)[-1], text=text, mime_type="text/plain")
+        )
+
+    async def announce_prompts(self) -> None:
+        await self.bus.publish(PromptsListChanged())
+        if self.last_session is not None:
+            await self.last_session.send_prompt_list_changed()
+
+    async def announce_resources(self) -> None:
+        await self.bus.publish(ResourcesListChanged())
+        if self.last_session is not None:
+            await self.last_session.send_resource_list_changed()
+
+    def listening(self) -> int:
+        """How many `subscriptions/listen` streams are open (a 2026-07-28 client's)."""
+        return len(self.bus._listeners)
+
+    async def updated(self, uri: str) -> None:
+        await self.bus.publish(ResourceUpdated(uri=uri))
+
+
+def make() -> Listings:
+    return Listings()
+
+
+async def main() -> None:
+    server = make()
+    async with stdio_server() as (read, write):
+        low = server.mcp._lowlevel_server
+        await low.run(read, write, low.create_initialization_options())
+
+
+if __name__ == "__main__":
+    anyio.run(main)
