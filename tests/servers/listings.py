@@ -2,7 +2,8 @@
 polling and failed-listing cases, in process (`tests/supervisor/test_listings.py` imports
 `make()`) or over stdio:
 
-    python tests/servers/listings.py
+    python tests/servers/listings.py          (stdio)
+    LISTINGS_LEGACY=1 ...                       speaks only the 2025-11-25 protocol
 
 What a test can do to a server made by `make()` (`Listings`):
 - `add_prompt(name)` / `add_resource(uri)`: a new prompt or resource, announced or not;
@@ -10,12 +11,17 @@ What a test can do to a server made by `make()` (`Listings`):
   on the `subscriptions/listen` bus; 2025-11-25: on the last session);
 - `failing["prompts/list"] = "why"`: that listing answers a JSON-RPC error;
 - `updated(uri)`: `ResourceUpdated` for listeners subscribed to that URI.
-Its tool `client_extensions` answers the client's declared extensions as JSON.
+- `set_ping_meta(meta)`: tool `ping` listed again with that `_meta` (nothing else changed).
+Its tool `client_extensions` answers the client's declared extensions as JSON; its tool
+`change(kind, name)` adds a prompt (`kind` "prompt") or a resource and announces it, for a
+client over stdio.
 """
 
 import json
+import os
 
 import anyio
+from mcp.server.lowlevel import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import Prompt
 from mcp.server.mcpserver.resources.types import TextResource
@@ -36,16 +42,25 @@ class Listings:
         mcp = self.mcp = MCPServer("listings", subscriptions=self.bus, log_level="WARNING")
         mcp.middleware.append(self._middleware)
 
-        @mcp.tool()
-        def ping() -> str:
-            """A tool, so that a failed prompt listing has tools to keep."""
-            return "pong"
+        self.set_ping_meta({"ui": {"resourceUri": "ui://listings/app.html", "visibility": ["app"]}})
 
         @mcp.tool()
         def client_extensions(ctx: Context) -> str:
             """The extensions the client declared, as JSON."""
             caps = ctx.client_capabilities
             return json.dumps((caps.extensions if caps else None) or {}, sort_keys=True)
+
+        @mcp.tool()
+        async def change(kind: str, name: str, ctx: Context) -> str:
+            """Add a prompt (kind "prompt") or a resource listings://static/<name>, and announce it."""
+            self.last_session = ctx.session
+            if kind == "prompt":
+                self.add_prompt(name)
+                await self.announce_prompts()
+            else:
+                self.add_resource(f"listings://static/{name}")
+                await self.announce_resources()
+            return f"added {kind} {name}"
 
         @mcp.prompt(title="Greeting", description="Greets someone.")
         def greet(name: str, mood: str = "glad") -> str:
@@ -73,9 +88,16 @@ class Listings:
     async def _middleware(self, ctx, call_next):
         if ctx.method in self.failing:
             raise MCPError(code=-32603, message=self.failing[ctx.method])
-        if ctx.request_id is not None and ctx.method != "subscriptions/listen":
-            self.last_session = getattr(ctx, "session", None)
         return await call_next(ctx)
+
+    def set_ping_meta(self, meta: dict) -> None:
+        def ping() -> str:
+            """A tool, so that a failed prompt listing has tools to keep."""
+            return "pong"
+
+        if "ping" in {t.name for t in self.mcp._tool_manager.list_tools()}:
+            self.mcp.remove_tool("ping")
+        self.mcp.add_tool(ping, meta=meta)
 
     def add_prompt(self, name: str) -> None:
         def fn() -> str:
@@ -112,9 +134,29 @@ def make() -> Listings:
 
 async def main() -> None:
     server = make()
+    low = server.mcp._lowlevel_server
+    # listChanged advertised in the 2025 handshake, as servers that send it do.
+    options = low.create_initialization_options(
+        NotificationOptions(prompts_changed=True, resources_changed=True)
+    )
     async with stdio_server() as (read, write):
-        low = server.mcp._lowlevel_server
-        await low.run(read, write, low.create_initialization_options())
+        if os.environ.get("LISTINGS_LEGACY"):
+            # Only the 2025-11-25 handshake, as `dynamic.py` does: the client's 2026 probe is
+            # refused and it falls back to `initialize`.
+            from mcp.server.runner import _serve_legacy_stream
+
+            async with low.lifespan(low) as state:
+                await _serve_legacy_stream(
+                    low,
+                    read,
+                    write,
+                    lifespan_state=state,
+                    session_id=None,
+                    init_options=options,
+                    raise_exceptions=False,
+                )
+        else:
+            await low.run(read, write, options)
 
 
 if __name__ == "__main__":

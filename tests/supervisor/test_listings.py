@@ -22,7 +22,7 @@ from mcpcore.models import Prompt, Resource, ResourceSubscription, ResourceTempl
 from mcpcore.supervisor import Supervisor, transport
 from mcpcore.supervisor.consumer import SupervisorConsumer
 from mcpcore.supervisor.session import ServerSession
-from tests.live import await_until, everything_stdio
+from tests.live import await_until, everything_stdio, our_server
 from tests.rows import write_servers
 from tests.servers.listings import Listings
 
@@ -32,10 +32,12 @@ NAME = "lst"
 
 
 @contextlib.asynccontextmanager
-async def holding(agenvoy_home, monkeypatch, server: Listings | None = None, name: str = NAME):
+async def holding(agenvoy_home, monkeypatch, server: Listings | None = None, name: str = NAME, config=None):
     """A supervisor (not started: no loops, no leases) holding one server's session, connected
-    when this yields: `server` in process, or server-everything over stdio when None."""
-    config = everything_stdio() if server is None else {"url": "http://in-process.invalid/mcp"}
+    when this yields: `server` in process, else `config` (default server-everything, stdio)."""
+    if server is not None:
+        config = {"url": "http://in-process.invalid/mcp"}
+    config = config or everything_stdio()
     await sync_to_async(write_servers)(agenvoy_home, {name: config})
     if server is not None:
         monkeypatch.setattr(transport, "make_target", lambda *_a, **_kw: InMemoryTransport(server.mcp))
@@ -113,7 +115,7 @@ async def test_it_registers_prompts_resources_and_templates_at_connect(agenvoy_h
         ("listings://item/{item}", "item", "One item.")
     ]
     assert server.prompt_signature and server.resource_signature and server.warnings == []
-    assert await db.run(Tool.objects.filter(server__name=NAME).count) == 2  # the tools as before
+    assert await db.run(Tool.objects.filter(server__name=NAME).count) == 3  # the tools as before
 
 
 async def test_it_declares_the_mcp_apps_extension_to_servers(agenvoy_home, monkeypatch):
@@ -150,6 +152,44 @@ async def test_it_registers_again_on_the_list_changed_of_each_kind(agenvoy_home,
         await received(status, 2, type="status.changed", server=NAME)
 
 
+async def test_it_registers_again_on_2025_list_changed_notifications(agenvoy_home, monkeypatch, settings):
+    settings.AGENVOY_POLL_SECONDS = 3600
+    legacy = our_server("listings.py", env={"LISTINGS_LEGACY": "1"})
+    async with holding(agenvoy_home, monkeypatch, config=legacy) as sup:
+        assert sup.sessions[NAME].protocol.startswith("2025")
+        assert await db.run(Prompt.objects.filter(server__name=NAME).count) == 1
+        added = await run(sup, "tool_confirm", "mcp__lst__change", "change", {"kind": "prompt", "name": "p2"})
+        assert added.status == "done", added.result
+        await await_until(lambda: Prompt.objects.filter(name="p2").exists(), 2, what="prompt registered")
+        await run(sup, "tool_confirm", "mcp__lst__change", "change", {"kind": "resource", "name": "r2"})
+        await await_until(
+            lambda: Resource.objects.filter(uri="listings://static/r2").exists(),
+            2,
+            what="resource registered",
+        )
+
+
+async def test_it_keeps_tools_meta_and_stores_a_meta_only_change_at_the_poll(
+    agenvoy_home, monkeypatch, settings
+):
+    settings.AGENVOY_POLL_SECONDS = 0.5
+    server = Listings()
+    async with holding(agenvoy_home, monkeypatch, server):
+        ping = await db.run(Tool.objects.get, registered_name="mcp__lst__ping")
+        assert ping.meta == {"ui": {"resourceUri": "ui://listings/app.html", "visibility": ["app"]}}
+        signature = await db.run(lambda: Server.objects.get(name=NAME).signature)
+        server.set_ping_meta({"ui/resourceUri": "ui://listings/other.html"})
+        await await_until(
+            lambda: (
+                Tool.objects.get(registered_name="mcp__lst__ping").meta
+                == {"ui/resourceUri": "ui://listings/other.html"}
+            ),
+            10,
+            what="the poll stored the new _meta",
+        )
+        assert await db.run(lambda: Server.objects.get(name=NAME).signature) == signature  # SPEC 6's
+
+
 async def test_it_picks_up_new_prompts_and_resources_at_the_poll(agenvoy_home, monkeypatch, settings):
     settings.AGENVOY_POLL_SECONDS = 0.5
     server = Listings()
@@ -174,7 +214,7 @@ async def test_it_keeps_the_tools_and_warns_when_prompts_list_fails(agenvoy_home
         row = await db.run(Server.objects.get, name=NAME)
         assert row.warnings == ["prompts/list failed: prompts are broken today"]
         assert row.state == "connected"
-        assert await db.run(Tool.objects.filter(server__name=NAME).count) == 2
+        assert await db.run(Tool.objects.filter(server__name=NAME).count) == 3
         assert await db.run(Resource.objects.filter(server__name=NAME).count) == 2
         assert await db.run(Prompt.objects.filter(server__name=NAME).count) == 0
         del server.failing["prompts/list"]
