@@ -102,7 +102,7 @@ class CallDecision(TextChoices):
 
     The gate's own: `auto`, `allowlist`, `session` (an allowance), `grant` (a time-boxed or
     remembered grant, SPEC 17.3), `rule` (an argument rule, either way). A person's reply: `approve`, `remember`, `session` (approve for the session),
-    `deny`, `abort`. The clock's: `expired`.
+    `deny`, `abort`. The clock's: `expired`. A read no rule held (prompts, resources): `default`.
     """
 
     AUTO = "auto", "auto"
@@ -115,6 +115,9 @@ class CallDecision(TextChoices):
     DENY = "deny", "deny"
     ABORT = "abort", "abort"
     EXPIRED = "expired", "expired"
+    # A prompt get or a resource read that no rule held: they run unless a rule says otherwise
+    # (SPEC 20.3).
+    DEFAULT = "default", "default"
 
 
 class RuleDecision(TextChoices):

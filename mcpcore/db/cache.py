@@ -113,6 +113,12 @@ def scope(token):
     return _through("scope", str(token.pk), load)
 
 
+def listing(key: str, load):
+    """What `load()` builds for `key` (an MCP endpoint's listings for one audience), kept
+    until any watched table changes: lists served from memory, not from rows per request."""
+    return _through("listing", key, load)
+
+
 def server_exists(name: str) -> bool:
     """Whether a server of this name is configured (`/mcp/<server>` asks on every request)."""
     from ..models import Server
