@@ -69,6 +69,8 @@ class Supervisor:
         # Authorization-code flows this worker runs (SPEC 16.2), by flow id.
         self.flows: dict[str, upstream.Flow] = {}
         self._flow_tasks: set[asyncio.Task] = set()
+        # Completions asked of servers held here (SPEC 20.2), each answered on its reply channel.
+        self._completions: set[asyncio.Task] = set()
         # A worker (not the only supervisor) takes no lease on its first tick: workers started
         # together see each other's heartbeat first and split the servers without a hand-over.
         self._seen_peers = exclusive
@@ -102,7 +104,7 @@ class Supervisor:
         self._stop.set()
         for task in self._tasks:
             task.cancel()
-        for task in list(self.calls.values()) + list(self._flow_tasks):
+        for task in list(self.calls.values()) + list(self._flow_tasks) + list(self._completions):
             task.cancel()
         await asyncio.gather(*(s.stop() for s in list(self.sessions.values())), return_exceptions=True)
         self.sessions.clear()
@@ -214,8 +216,8 @@ class Supervisor:
         self, server_name: str, ref: dict, argument: dict, context: dict | None, reply: str
     ) -> None:
         task = asyncio.ensure_future(self._complete(server_name, ref, argument, context, reply))
-        self._flow_tasks.add(task)
-        task.add_done_callback(self._flow_tasks.discard)
+        self._completions.add(task)
+        task.add_done_callback(self._completions.discard)
 
     async def _complete(
         self, server_name: str, ref: dict, argument: dict, context: dict | None, reply: str

@@ -651,6 +651,10 @@ class ServerSession:
             except Exception as exc:
                 if is_session_lost(exc):
                     raise
+                if method == "resources/templates/list" and _not_supported(exc):
+                    # The `resources` capability covers templates too, and many servers that
+                    # have none leave the method out: no templates, not a failure.
+                    return []
                 failures.append(f"{method} failed: {self.describe(exc)}")
                 log.warning("server %s: %s", self.name, failures[-1])
                 return None

@@ -10,6 +10,7 @@ What a test can do to a server made by `make()` (`Listings`):
 - `announce_prompts()` / `announce_resources()`: the list_changed of that kind (2026-07-28:
   on the `subscriptions/listen` bus; 2025-11-25: on the last session);
 - `failing["prompts/list"] = "why"`: that listing answers a JSON-RPC error;
+- `missing.add("resources/templates/list")`: that method is not found (-32601);
 - `updated(uri)`: `ResourceUpdated` for listeners subscribed to that URI.
 - `set_ping_meta(meta)`: tool `ping` listed again with that `_meta` (nothing else changed).
 Its tool `client_extensions` answers the client's declared extensions as JSON; its tool
@@ -38,6 +39,7 @@ class Listings:
     def __init__(self) -> None:
         self.bus = InMemorySubscriptionBus()
         self.failing: dict[str, str] = {}
+        self.missing: set[str] = set()
         self.last_session = None
         mcp = self.mcp = MCPServer("listings", subscriptions=self.bus, log_level="WARNING")
         mcp.middleware.append(self._middleware)
@@ -88,6 +90,8 @@ class Listings:
     async def _middleware(self, ctx, call_next):
         if ctx.method in self.failing:
             raise MCPError(code=-32603, message=self.failing[ctx.method])
+        if ctx.method in self.missing:
+            raise MCPError(code=-32601, message="Method not found")
         return await call_next(ctx)
 
     def set_ping_meta(self, meta: dict) -> None:

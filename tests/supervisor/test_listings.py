@@ -238,6 +238,16 @@ async def test_it_keeps_the_tools_and_warns_when_prompts_list_fails(agenvoy_home
         assert await db.run(ResourceTemplate.objects.filter(server__name=NAME).count) == 1
 
 
+async def test_it_takes_a_missing_templates_method_for_no_templates(agenvoy_home, monkeypatch):
+    server = Listings()
+    server.missing.add("resources/templates/list")
+    async with holding(agenvoy_home, monkeypatch, server):
+        row = await db.run(Server.objects.get, name=NAME)
+        assert row.warnings == []
+        assert await db.run(Resource.objects.filter(server__name=NAME).count) == 2
+        assert await db.run(ResourceTemplate.objects.filter(server__name=NAME).count) == 0
+
+
 async def test_it_runs_prompt_gets_and_resource_reads_and_stores_both_shapes(agenvoy_home, monkeypatch):
     async with holding(agenvoy_home, monkeypatch, Listings()) as sup:
         prompt = await run(sup, "prompt", "mcp__lst__greet", "greet", {"name": "Ann"})
