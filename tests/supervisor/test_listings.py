@@ -206,6 +206,18 @@ async def test_it_picks_up_new_prompts_and_resources_at_the_poll(agenvoy_home, m
         )
 
 
+async def test_it_registers_them_again_at_reconnect(agenvoy_home, monkeypatch, settings):
+    settings.AGENVOY_POLL_SECONDS = 3600
+    server = Listings()
+    async with holding(agenvoy_home, monkeypatch, server) as sup:
+        server.add_prompt("unannounced")
+        server.add_resource("listings://static/unannounced")
+        with anyio.fail_after(30):
+            assert await sup.sessions[NAME].reconnect() == "connected"
+        assert await db.run(Prompt.objects.filter(name="unannounced").exists)
+        assert await db.run(Resource.objects.filter(uri="listings://static/unannounced").exists)
+
+
 async def test_it_keeps_the_tools_and_warns_when_prompts_list_fails(agenvoy_home, monkeypatch, settings):
     settings.AGENVOY_POLL_SECONDS = 0.5
     server = Listings()
