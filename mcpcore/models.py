@@ -121,8 +121,11 @@ class Server(models.Model):
         self.call_timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
         self.config_hash = self.hash_config(config)
 
-    def to_status(self, tool_count: int, oauth: dict | None = None) -> dict:
-        """A `GET /v1/mcp/status` item; `oauth` (SPEC 16.1) only on servers that use OAuth."""
+    def to_status(
+        self, tool_count: int, oauth: dict | None = None, prompt_count: int = 0, resource_count: int = 0
+    ) -> dict:
+        """A `GET /v1/mcp/status` item; `oauth` (SPEC 16.1) only on servers that use OAuth;
+        `resource_count` counts its resource templates too (SPEC 20.1)."""
         item = {
             "Name": self.name,
             "Transport": self.transport,
@@ -130,6 +133,8 @@ class Server(models.Model):
             "Error": self.last_error if not self.is_connected else "",
             "state": self.state,
             "tools": tool_count,
+            "prompts": prompt_count,
+            "resources": resource_count,
             "protocol": self.protocol_version,
             "last_refresh": iso(self.last_refresh),
             "worker": self.owner,

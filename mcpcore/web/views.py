@@ -259,6 +259,9 @@ def server_detail(request: HtmxRequest, name: str) -> HttpResponse:
         config=mask_config(server.config),
         config_json=pretty(mask_config(server.config)),
         page_sig=server.signature,
+        prompts=list(server.prompts.all()),
+        resources=list(server.resources.all()),
+        resource_templates=list(server.resource_templates.all()),
         live_page=f"server:{server.name}",
         problems=file_problems(),
     )
