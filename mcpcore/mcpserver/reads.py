@@ -129,7 +129,7 @@ def answer(call: ToolCall) -> dict:
 
 # --- completions ----------------------------------------------------------------------------------
 
-NO_COMPLETION = {"completion": {"values": []}}
+NO_COMPLETION = {"resultType": "complete", "completion": {"values": []}}
 
 
 async def on_completion(ctx, params) -> dict:
@@ -156,4 +156,4 @@ async def on_completion(ctx, params) -> dict:
         return NO_COMPLETION
     except control.Refused as exc:
         raise MCPError(exc.code, exc.message) from None
-    return result
+    return {"resultType": "complete", **result}
