@@ -1,6 +1,6 @@
 """Prompts, resources, templates and completions on the MCP endpoints (SPEC 20.2, 20.3, 20.5).
 
-Lists come from the audience's `catalog.Offer` (memory). A `prompts/get` or `resources/read`
+Lists come from the audience's `catalog.Offer` (memory: `handlers.on_list`). A `prompts/get` or `resources/read`
 goes to the server that owns the prompt or URI (`catalog.route`) as a call of its kind through
 the one call path (`calls.create_read`: the rules may hold or deny it; it is in the history),
 held like a tool call while a person decides (`handlers.hold`), and answered with the server's
@@ -47,21 +47,6 @@ def routed(ctx, made: catalog.Offer, uri: str) -> str:
     if found.servers:
         raise claimed_twice(ctx, uri, found.servers)
     raise unknown_resource(ctx, uri)
-
-
-# --- lists ----------------------------------------------------------------------------------------
-
-
-async def on_list_prompts(ctx, params) -> dict:
-    return {**handlers.LISTED, "prompts": (await handlers.offer_of(ctx)).prompts}
-
-
-async def on_list_resources(ctx, params) -> dict:
-    return {**handlers.LISTED, "resources": (await handlers.offer_of(ctx)).resources}
-
-
-async def on_list_resource_templates(ctx, params) -> dict:
-    return {**handlers.LISTED, "resourceTemplates": (await handlers.offer_of(ctx)).templates}
 
 
 # --- gets and reads -------------------------------------------------------------------------------
