@@ -276,6 +276,9 @@ class Resource(models.Model):
     annotations = models.JSONField(default=dict, blank=True)
     meta = models.JSONField(default=dict, blank=True)
     position = models.PositiveIntegerField(default=0)
+    # Not a column: the other servers listing the same URI, for the server page
+    # (display.server_resources).
+    also: list[str]
 
     class Meta:
         ordering = ["server__name", "position"]
