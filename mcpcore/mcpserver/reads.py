@@ -13,7 +13,8 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from .. import calls, control, db
 from ..choices import CallKind, CallStatus, Via
-from ..models import ApiToken, Server, ToolCall
+from ..db import cache
+from ..models import ApiToken, ToolCall
 from . import catalog, handlers
 
 # JSON-RPC's code for "resource not found" on 2025 sessions; 2026-07-28 uses -32602.
@@ -68,7 +69,7 @@ async def on_read_resource(ctx, params) -> dict:
 
 
 def _create(token: ApiToken, kind: str, server: str, name: str, arguments: dict, session_id: str, local):
-    row = Server.objects.filter(name=server).first()
+    row = cache.server(server)  # with a warm cache no ORM: the write stays on the loop's connection
     if row is None:
         return None
     return calls.create_read(token, kind, row, name, arguments, session_id, via=Via.MCP, local=local)
