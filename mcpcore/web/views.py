@@ -254,7 +254,7 @@ def server_detail(request: HtmxRequest, name: str) -> HttpResponse:
             tool_card(t, changes.get(t.registered_name), try_form_url, t.tool_name == try_tool)
             for t in (row["tool"] for row in context["trust_tools"])
         ],
-        server_rules=rules.RuleSet(files.current_rules()[0]).for_prefix(server.prefix),
+        server_rules=rules.RuleSet(files.current_rules()[0]).for_server(server.name),
         try_url=reverse("tool-try", args=[server.name]),
         config=mask_config(server.config),
         config_json=pretty(mask_config(server.config)),
