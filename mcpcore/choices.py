@@ -97,6 +97,11 @@ def history_kind(kind: str) -> str:
 HISTORY_KINDS = ("tool", CallKind.PROMPT.value, CallKind.RESOURCE.value, CallKind.PERMISSION_PROMPT.value)
 
 
+def stored_kind(kind: str) -> str:
+    """The stored `ToolCall.kind` of a history kind (`history_kind` turned round)."""
+    return CallKind.TOOL_CONFIRM.value if kind == "tool" else kind
+
+
 class CallDecision(TextChoices):
     """Who or what let a call run or stopped it (`ToolCall.decision`; empty while pending).
 

@@ -28,6 +28,7 @@ from .choices import (
     TokenRole,
     Transport,
     Via,
+    history_kind,
 )
 
 SECRET_MASK = "********"
@@ -523,6 +524,30 @@ class ToolCall(models.Model):
         return self.kind == CallKind.PERMISSION_PROMPT
 
     @property
+    def history_kind(self) -> str:
+        """The kind as the history names it (SPEC 20.3): `tool` for a tool call."""
+        return history_kind(self.kind)
+
+    @property
+    def uri(self) -> str | None:
+        """A resource read's URI, whole (`tool_name` holds it cut to 700 characters); None for
+        any other kind."""
+        if self.kind != CallKind.RESOURCE:
+            return None
+        uri = self.arguments.get("uri") if isinstance(self.arguments, dict) else None
+        return uri if isinstance(uri, str) else self.tool_name
+
+    @property
+    def action(self) -> str:
+        """What the call asks, as the history and the inbox say it: `Get prompt <registered
+        name>`, `Read <uri> from <server>`, else the tool's name."""
+        if self.kind == CallKind.PROMPT:
+            return f"Get prompt {self.tool_name}"
+        if self.kind == CallKind.RESOURCE:
+            return f"Read {self.uri} from {self.server_name}"
+        return self.tool_name
+
+    @property
     def duration(self) -> float | None:
         if self.started_at and self.ended_at:
             return (self.ended_at - self.started_at).total_seconds()
@@ -564,8 +589,11 @@ class ToolCall(models.Model):
                 "truncated": self.truncated,
                 "rule": self.rule,
                 "via": self.via,
+                "kind": self.history_kind,
             }
         )
+        if self.kind == CallKind.RESOURCE:
+            body["uri"] = self.uri
         return body
 
     def to_pending(self) -> dict:
@@ -582,6 +610,8 @@ class ToolCall(models.Model):
         }
         if self.via == "hook":
             item["cwd"] = self.cwd
+        if self.kind == CallKind.RESOURCE:
+            item["uri"] = self.uri
         return item
 
 
