@@ -193,3 +193,23 @@ class AuditAction(TextChoices):
     SIGNIN_LOCKED = "signin.locked", "signin.locked"
     MFA_ADD = "mfa.add", "mfa.add"
     MFA_REMOVE = "mfa.remove", "mfa.remove"
+
+
+class QuestionMode(TextChoices):
+    """How a server asks (SPEC 20.4): a form built from its schema, or a URL to open."""
+
+    FORM = "form", "form"
+    URL = "url", "url"
+
+
+class QuestionStatus(TextChoices):
+    """Where a server's question is (`Question.status`): relayed to the MCP client (`asked`),
+    waiting in the inbox (`pending`), or ended: `answered` (accept), `declined`,
+    `cancelled` (a person's cancel, the client gone, the call ended) or `expired`."""
+
+    ASKED = "asked", "asked"
+    PENDING = "pending", "pending"
+    ANSWERED = "answered", "answered"
+    DECLINED = "declined", "declined"
+    CANCELLED = "cancelled", "cancelled"
+    EXPIRED = "expired", "expired"
