@@ -97,6 +97,11 @@ def history_kind(kind: str) -> str:
 HISTORY_KINDS = ("tool", CallKind.PROMPT.value, CallKind.RESOURCE.value, CallKind.PERMISSION_PROMPT.value)
 
 
+def stored_kind(kind: str) -> str:
+    """The stored `ToolCall.kind` of a history kind (`history_kind` turned round)."""
+    return CallKind.TOOL_CONFIRM.value if kind == "tool" else kind
+
+
 class CallDecision(TextChoices):
     """Who or what let a call run or stopped it (`ToolCall.decision`; empty while pending).
 
@@ -188,3 +193,23 @@ class AuditAction(TextChoices):
     SIGNIN_LOCKED = "signin.locked", "signin.locked"
     MFA_ADD = "mfa.add", "mfa.add"
     MFA_REMOVE = "mfa.remove", "mfa.remove"
+
+
+class QuestionMode(TextChoices):
+    """How a server asks (SPEC 20.4): a form built from its schema, or a URL to open."""
+
+    FORM = "form", "form"
+    URL = "url", "url"
+
+
+class QuestionStatus(TextChoices):
+    """Where a server's question is (`Question.status`): relayed to the MCP client (`asked`),
+    waiting in the inbox (`pending`), or ended: `answered` (accept), `declined`,
+    `cancelled` (a person's cancel, the client gone, the call ended) or `expired`."""
+
+    ASKED = "asked", "asked"
+    PENDING = "pending", "pending"
+    ANSWERED = "answered", "answered"
+    DECLINED = "declined", "declined"
+    CANCELLED = "cancelled", "cancelled"
+    EXPIRED = "expired", "expired"

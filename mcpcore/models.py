@@ -22,12 +22,15 @@ from .choices import (
     CallStatus,
     DeliveryStatus,
     FlowStatus,
+    QuestionMode,
+    QuestionStatus,
     Mode,
     ServerState,
     TargetKind,
     TokenRole,
     Transport,
     Via,
+    history_kind,
 )
 
 SECRET_MASK = "********"
@@ -276,6 +279,9 @@ class Resource(models.Model):
     annotations = models.JSONField(default=dict, blank=True)
     meta = models.JSONField(default=dict, blank=True)
     position = models.PositiveIntegerField(default=0)
+    # Not a column: the other servers listing the same URI, for the server page
+    # (display.server_resources).
+    also: list[str]
 
     class Meta:
         ordering = ["server__name", "position"]
@@ -476,6 +482,10 @@ class ToolCall(models.Model):
     # For via=mcp: the upstream CallToolResult as wire JSON, when at most AGENVOY_RESULT_CAP
     # bytes, so the MCP client gets it as it was (SPEC 13.3).
     native_result = models.JSONField(null=True, blank=True)
+    # The elicitation modes the MCP client that made the call declared (`form`, `url`, both
+    # comma-separated, or none): a server's question is relayed to it when it can answer that
+    # mode, else it goes to the inbox (SPEC 20.4).
+    client_asks = models.CharField(max_length=10, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at"]
@@ -520,6 +530,30 @@ class ToolCall(models.Model):
         return self.kind == CallKind.PERMISSION_PROMPT
 
     @property
+    def history_kind(self) -> str:
+        """The kind as the history names it (SPEC 20.3): `tool` for a tool call."""
+        return history_kind(self.kind)
+
+    @property
+    def uri(self) -> str | None:
+        """A resource read's URI, whole (`tool_name` holds it cut to 700 characters); None for
+        any other kind."""
+        if self.kind != CallKind.RESOURCE:
+            return None
+        uri = self.arguments.get("uri") if isinstance(self.arguments, dict) else None
+        return uri if isinstance(uri, str) else self.tool_name
+
+    @property
+    def action(self) -> str:
+        """What the call asks, as the history and the inbox say it: `Get prompt <registered
+        name>`, `Read <uri> from <server>`, else the tool's name."""
+        if self.kind == CallKind.PROMPT:
+            return f"Get prompt {self.tool_name}"
+        if self.kind == CallKind.RESOURCE:
+            return f"Read {self.uri} from {self.server_name}"
+        return self.tool_name
+
+    @property
     def duration(self) -> float | None:
         if self.started_at and self.ended_at:
             return (self.ended_at - self.started_at).total_seconds()
@@ -561,8 +595,11 @@ class ToolCall(models.Model):
                 "truncated": self.truncated,
                 "rule": self.rule,
                 "via": self.via,
+                "kind": self.history_kind,
             }
         )
+        if self.kind == CallKind.RESOURCE:
+            body["uri"] = self.uri
         return body
 
     def to_pending(self) -> dict:
@@ -579,7 +616,44 @@ class ToolCall(models.Model):
         }
         if self.via == "hook":
             item["cwd"] = self.cwd
+        if self.kind == CallKind.RESOURCE:
+            item["uri"] = self.uri
         return item
+
+
+class Question(models.Model):
+    """A question a server asked during a call (elicitation, SPEC 20.4): relayed to the MCP
+    client that made the call when it declared that mode (status `asked`), else a pending item
+    of kind `question` in the inbox (status `pending`) until a person answers, declines or
+    cancels it, it expires (the server gets `cancel`), or the call ends. Its id is the
+    pending item's id (`GET /v1/pending`, `POST /v1/pending/<id>/answer`, `/pending/<id>/`).
+    Kept with its call for the history."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    call = models.ForeignKey("ToolCall", on_delete=models.CASCADE, related_name="questions")
+    server_name = models.CharField(max_length=64)
+    mode = models.CharField(max_length=4, choices=QuestionMode.choices, default=QuestionMode.FORM)
+    message = models.TextField(blank=True, default="")
+    # Form mode: the server's `requestedSchema`; URL mode: the URL and its elicitation id.
+    schema = models.JSONField(null=True, blank=True)
+    url = models.TextField(blank=True, default="")
+    elicitation_id = models.CharField(max_length=200, blank=True, default="")
+    status = models.CharField(max_length=10, choices=QuestionStatus.choices, default=QuestionStatus.PENDING)
+    # What went back to the server: {"action": "accept" | "decline" | "cancel", "content"?: {...}}.
+    answer = models.JSONField(null=True, blank=True)
+    answered_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    # How far the notifier has told notification targets (as ToolCall.notified).
+    notified = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [models.Index(fields=["status", "created_at"], name="mcpcore_question_status_time")]
+
+    def __str__(self) -> str:
+        return f"{self.server_name} asks: {self.message[:40]} ({self.status})"
 
 
 class SessionAllowance(models.Model):

@@ -119,6 +119,13 @@ def listing(key: str, load):
     return _through("listing", key, load)
 
 
+def server(name: str):
+    """The Server of this name, or None (what a prompt get or resource read checks)."""
+    from ..models import Server
+
+    return _through("server-row", name, lambda: Server.objects.filter(name=name).first())
+
+
 def server_exists(name: str) -> bool:
     """Whether a server of this name is configured (`/mcp/<server>` asks on every request)."""
     from ..models import Server

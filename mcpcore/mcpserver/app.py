@@ -78,14 +78,14 @@ class McpEndpoint:
         self.changes = Changes()
         self.server = ConsoleServer(
             NAME,
-            on_list_tools=handlers.on_list_tools,
+            on_list_tools=handlers.on_list,  # type: ignore[arg-type]
             # A plain dict result: the SDK's runner takes one (runner._dump_result), its type not.
             on_call_tool=handlers.on_call_tool,  # type: ignore[arg-type]
             # Lists and results as plain dicts too (SPEC 20.2): the SDK shapes them per era.
-            on_list_prompts=reads.on_list_prompts,  # type: ignore[arg-type]
+            on_list_prompts=handlers.on_list,  # type: ignore[arg-type]
             on_get_prompt=reads.on_get_prompt,  # type: ignore[arg-type]
-            on_list_resources=reads.on_list_resources,  # type: ignore[arg-type]
-            on_list_resource_templates=reads.on_list_resource_templates,  # type: ignore[arg-type]
+            on_list_resources=handlers.on_list,  # type: ignore[arg-type]
+            on_list_resource_templates=handlers.on_list,  # type: ignore[arg-type]
             on_read_resource=reads.on_read_resource,  # type: ignore[arg-type]
             on_subscribe_resource=self.changes.on_subscribe,  # type: ignore[arg-type]
             on_unsubscribe_resource=self.changes.on_unsubscribe,  # type: ignore[arg-type]
@@ -95,7 +95,7 @@ class McpEndpoint:
             # run a whole tools/list before each call to validate Mcp-Param headers.
             get_tool_input_schema=lambda name: None,
         )
-        self.server.middleware.append(handlers.ConsoleMiddleware(self.changes))
+        self.server.middleware.append(handlers.ConsoleMiddleware(self.changes, self.server))
         self.manager = StreamableHTTPSessionManager(self.server, json_response=False)
         self._ready: asyncio.Future | None = None
         self._stop: asyncio.Event | None = None

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mcp.shared.uri_template import UriTemplate
+from mcp_types import methods
 
 from .. import names, toolviewstore
 from ..choices import ServerState
@@ -207,6 +208,34 @@ class Offer:
     patterns: list[tuple[str, str, UriTemplate]] = field(default_factory=list)
     # a tool's own name -> the registered names of the tools of that name (SPEC 20.5)
     own_tools: dict[str, list[str]] = field(default_factory=dict)
+    # (method, protocol version) -> the list result as the SDK shapes it for that era
+    _wire: dict[tuple[str, str], dict] = field(default_factory=dict)
+
+    def result(self, method: str) -> dict:
+        """A list method's result, before the SDK shapes it for the era."""
+        key, attr = LISTS[method]
+        return {**LISTED, key: getattr(self, attr)}
+
+    def wire(self, method: str, version: str) -> dict:
+        """The list result exactly as the SDK's own result check would shape it for `version`
+        (`methods.serialize_server_result`), done once per Offer and era: a list of 10,000
+        entries took the SDK longer to check again than everything else a request costs."""
+        key = (method, version)
+        if key not in self._wire:
+            self._wire[key] = methods.serialize_server_result(method, version, self.result(method))
+        return self._wire[key]
+
+
+# The fields 2026-07-28 requires of a list result (never cached by the client: lists change);
+# the SDK drops them for 2025 sessions.
+LISTED = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+# list method -> (the result's key, the Offer's attribute)
+LISTS = {
+    "tools/list": ("tools", "tools"),
+    "prompts/list": ("prompts", "prompts"),
+    "resources/list": ("resources", "resources"),
+    "resources/templates/list": ("resourceTemplates", "templates"),
+}
 
 
 def servers_seen(endpoint: str, token: ApiToken | None) -> Callable[[str], bool]:

@@ -47,7 +47,7 @@ REJOIN = 600.0  # channel-layer group memberships expire (a day by default): ren
 Audience = tuple[str, int | None]  # (endpoint, the token's id when it is limited to views)
 
 # What a list change is told as, per kind: the 2025 notification's sender, the 2026 event.
-KINDS = {
+KINDS: dict[str, tuple[str, type[ToolsListChanged | PromptsListChanged | ResourcesListChanged]]] = {
     "tools": ("send_tool_list_changed", ToolsListChanged),
     "prompts": ("send_prompt_list_changed", PromptsListChanged),
     "resources": ("send_resource_list_changed", ResourcesListChanged),

@@ -17,7 +17,7 @@ import math
 import anyio
 from django.conf import settings
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST, SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import calls, db, names
@@ -51,19 +51,16 @@ def text_result(text: str, is_error: bool) -> dict:
     return {"content": [{"type": "text", "text": text}], "isError": is_error}
 
 
-# The fields 2026-07-28 requires of a list result (never cached by the client: lists change);
-# the SDK drops them for 2025 sessions.
-LISTED = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
-
-
 async def offer_of(ctx) -> catalog.Offer:
     token, endpoint = caller(ctx)
     return await db.read(catalog.offer, endpoint, token)
 
 
-async def on_list_tools(ctx, params) -> dict:
-    """From memory (`catalog.offer`); the SDK checks and shapes the result for the era."""
-    return {**LISTED, "tools": (await offer_of(ctx)).tools}
+async def on_list(ctx, params) -> dict:
+    """`tools/list`, `prompts/list`, `resources/list`, `resources/templates/list`, from memory
+    (`catalog.offer`). Registered so the SDK declares each capability; on the endpoints
+    `ConsoleMiddleware` answers them first with the result already shaped for the era."""
+    return (await offer_of(ctx)).result(ctx.method)
 
 
 # --- calls (SPEC 13.3) --------------------------------------------------------------------------
@@ -300,8 +297,9 @@ class ConsoleMiddleware:
     """Per-endpoint instructions on `initialize` and `server/discover`; a 2025 session stays
     on the endpoint it was opened on, and is tracked for list_changed."""
 
-    def __init__(self, changes) -> None:
+    def __init__(self, changes, server) -> None:
         self.changes = changes
+        self.server = server
 
     async def __call__(self, ctx, call_next):
         if ctx.request is None or ENDPOINT_KEY not in ctx.request.scope:
@@ -321,4 +319,15 @@ class ConsoleMiddleware:
             return result
         if connection is not None and connection.state.get(ENDPOINT_KEY, endpoint) != endpoint:
             raise MCPError(INVALID_REQUEST, "this session was opened on another MCP endpoint")
+        if ctx.method in catalog.LISTS:
+            return self._listed(await offer_of(ctx), ctx.method, ctx.protocol_version)
         return await call_next(ctx)
+
+    def _listed(self, made: catalog.Offer, method: str, version: str) -> dict:
+        """A list answered without `call_next`, which the SDK trusts as its wire result: shaped
+        once per list and era (`Offer.wire`) instead of checked again on every request, with
+        the `serverInfo` stamp the SDK puts on every 2026-07-28 result."""
+        wire = made.wire(method, version)
+        if version not in MODERN_PROTOCOL_VERSIONS:
+            return wire
+        return {**wire, "_meta": {SERVER_INFO_META_KEY: self.server.server_info_stamp}}

@@ -1,6 +1,6 @@
 """Prompts, resources, templates and completions on the MCP endpoints (SPEC 20.2, 20.3, 20.5).
 
-Lists come from the audience's `catalog.Offer` (memory). A `prompts/get` or `resources/read`
+Lists come from the audience's `catalog.Offer` (memory: `handlers.on_list`). A `prompts/get` or `resources/read`
 goes to the server that owns the prompt or URI (`catalog.route`) as a call of its kind through
 the one call path (`calls.create_read`: the rules may hold or deny it; it is in the history),
 held like a tool call while a person decides (`handlers.hold`), and answered with the server's
@@ -13,7 +13,8 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from .. import calls, control, db
 from ..choices import CallKind, CallStatus, Via
-from ..models import ApiToken, Server, ToolCall
+from ..db import cache
+from ..models import ApiToken, ToolCall
 from . import catalog, handlers
 
 # JSON-RPC's code for "resource not found" on 2025 sessions; 2026-07-28 uses -32602.
@@ -49,21 +50,6 @@ def routed(ctx, made: catalog.Offer, uri: str) -> str:
     raise unknown_resource(ctx, uri)
 
 
-# --- lists ----------------------------------------------------------------------------------------
-
-
-async def on_list_prompts(ctx, params) -> dict:
-    return {**handlers.LISTED, "prompts": (await handlers.offer_of(ctx)).prompts}
-
-
-async def on_list_resources(ctx, params) -> dict:
-    return {**handlers.LISTED, "resources": (await handlers.offer_of(ctx)).resources}
-
-
-async def on_list_resource_templates(ctx, params) -> dict:
-    return {**handlers.LISTED, "resourceTemplates": (await handlers.offer_of(ctx)).templates}
-
-
 # --- gets and reads -------------------------------------------------------------------------------
 
 
@@ -83,7 +69,7 @@ async def on_read_resource(ctx, params) -> dict:
 
 
 def _create(token: ApiToken, kind: str, server: str, name: str, arguments: dict, session_id: str, local):
-    row = Server.objects.filter(name=server).first()
+    row = cache.server(server)  # with a warm cache no ORM: the write stays on the loop's connection
     if row is None:
         return None
     return calls.create_read(token, kind, row, name, arguments, session_id, via=Via.MCP, local=local)

@@ -7,6 +7,7 @@ import re
 import pytest
 from mcp_types import Prompt, PromptArgument, Resource, ResourceTemplate
 
+from mcpcore.models import Resource as ResourceRow
 from mcpcore.models import Server
 from mcpcore.supervisor import registry
 
@@ -76,3 +77,13 @@ def test_it_says_when_there_are_none_and_shows_the_listings_warning(signed_in, e
     assert "This server lists no prompts." in html and "This server lists no resources." in html
     assert '<p class="banner warn">prompts/list failed: boom</p>' in html
     assert html.index('id="server-status"') < html.index('id="prompts"') < html.index('id="resources"')
+
+
+def test_it_warns_of_a_uri_another_server_lists_too(signed_in, every):
+    listed("every")
+    other = Server.objects.get(name="other")
+    ResourceRow.objects.create(server=other, uri="file:///docs/readme.md", name="readme")
+    html = signed_in.get("/servers/every/").content.decode()
+    section = re.search(r'<section class="tools-section" id="resources">.*?</section>', html, re.S).group(0)
+    assert section.count("URI also served by other") == 1  # the shared one only, not ui://every/app.html
+    assert "URI also served by every" in signed_in.get("/servers/other/").content.decode()
