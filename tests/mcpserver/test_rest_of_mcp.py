@@ -123,6 +123,14 @@ def direct():
 
 
 @pytest.fixture(scope="module")
+def web(c):
+    """A person signed in to the console's pages."""
+    client = signed_in(c, "historian")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
 def bot(c) -> str:
     """A token limited to the view `apps`, made as an operator would."""
     return c.manage("create_token", "bot", "--view", "apps").strip()
@@ -351,6 +359,12 @@ def test_it_reads_the_colliding_uri_only_on_each_servers_own_endpoint(c, mode):
         on(c, "/mcp/v/apps", mode, lambda client: client.read_resource(SHARED)).contents[0].text
         == "shared from a"
     )
+
+
+def test_it_warns_on_each_server_page_of_the_uri_another_server_serves_too(web):
+    assert "URI also served by b" in web.get("/servers/a/").text
+    assert "URI also served by a" in web.get("/servers/b/").text
+    assert "URI also served by" not in web.get("/servers/every/").text
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -592,7 +606,7 @@ def test_it_refuses_a_limited_token_byte_for_byte_as_for_what_does_not_exist(c, 
 # --- SPEC 20.3: the history and the gate ------------------------------------------------------------
 
 
-def test_it_keeps_each_get_and_read_as_a_call_of_its_kind_in_the_history(c):
+def test_it_keeps_each_get_and_read_as_a_call_of_its_kind_in_the_history(c, web):
     async def scenario(client):
         await client.get_prompt("a__greet", {"who": "History"})
         await client.read_resource("test://a/items/history")
@@ -612,14 +626,10 @@ def test_it_keeps_each_get_and_read_as_a_call_of_its_kind_in_the_history(c):
     tool_call = c.call("mcp__a__whoami", {}, mode="auto").json()["call_id"]
     assert c.get(f"/v1/mcp/calls/{tool_call}").json()["kind"] == "tool"
 
-    web = signed_in(c, "historian")
-    try:
-        page = web.get("/history/", params={"kind": "resource"}).text
-        assert f"/history/{read['call_id']}/" in page and f"/history/{prompt['call_id']}/" not in page
-        page = web.get("/history/", params={"kind": "prompt"}).text
-        assert f"/history/{prompt['call_id']}/" in page and f"/history/{read['call_id']}/" not in page
-    finally:
-        web.close()
+    page = web.get("/history/", params={"kind": "resource"}).text
+    assert f"/history/{read['call_id']}/" in page and f"/history/{prompt['call_id']}/" not in page
+    page = web.get("/history/", params={"kind": "prompt"}).text
+    assert f"/history/{prompt['call_id']}/" in page and f"/history/{read['call_id']}/" not in page
 
 
 @pytest.mark.parametrize("mode", ERAS)
