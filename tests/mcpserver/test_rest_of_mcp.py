@@ -83,7 +83,7 @@ def b_url():
 
 
 @pytest.fixture(scope="module")
-def c(module_console, b_url):
+def c(b_url, module_console):  # b set up first, so it stops after the console (no lost-server noise)
     servers = {
         "every": everything_stdio(),
         "a": our_server("apps.py", "--name", "a"),
