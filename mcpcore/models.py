@@ -537,6 +537,12 @@ class ToolCall(models.Model):
         return uri if isinstance(uri, str) else self.tool_name
 
     @property
+    def is_prompt_or_resource(self) -> bool:
+        """A prompt get or a resource read (SPEC 20.3): held only by an `ask` rule, so it is
+        approved once or denied (no remember, session or time-boxed approval)."""
+        return self.kind in (CallKind.PROMPT, CallKind.RESOURCE)
+
+    @property
     def action(self) -> str:
         """What the call asks, as the history and the inbox say it: `Get prompt <registered
         name>`, `Read <uri> from <server>`, else the tool's name."""
