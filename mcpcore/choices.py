@@ -107,7 +107,7 @@ class CallDecision(TextChoices):
 
     The gate's own: `auto`, `allowlist`, `session` (an allowance), `grant` (a time-boxed or
     remembered grant, SPEC 17.3), `rule` (an argument rule, either way). A person's reply: `approve`, `remember`, `session` (approve for the session),
-    `deny`, `abort`. The clock's: `expired`.
+    `deny`, `abort`. The clock's: `expired`. A read no rule held (prompts, resources): `default`.
     """
 
     AUTO = "auto", "auto"
@@ -120,6 +120,9 @@ class CallDecision(TextChoices):
     DENY = "deny", "deny"
     ABORT = "abort", "abort"
     EXPIRED = "expired", "expired"
+    # A prompt get or a resource read that no rule held: they run unless a rule says otherwise
+    # (SPEC 20.3).
+    DEFAULT = "default", "default"
 
 
 class RuleDecision(TextChoices):
@@ -190,3 +193,23 @@ class AuditAction(TextChoices):
     SIGNIN_LOCKED = "signin.locked", "signin.locked"
     MFA_ADD = "mfa.add", "mfa.add"
     MFA_REMOVE = "mfa.remove", "mfa.remove"
+
+
+class QuestionMode(TextChoices):
+    """How a server asks (SPEC 20.4): a form built from its schema, or a URL to open."""
+
+    FORM = "form", "form"
+    URL = "url", "url"
+
+
+class QuestionStatus(TextChoices):
+    """Where a server's question is (`Question.status`): relayed to the MCP client (`asked`),
+    waiting in the inbox (`pending`), or ended: `answered` (accept), `declined`,
+    `cancelled` (a person's cancel, the client gone, the call ended) or `expired`."""
+
+    ASKED = "asked", "asked"
+    PENDING = "pending", "pending"
+    ANSWERED = "answered", "answered"
+    DECLINED = "declined", "declined"
+    CANCELLED = "cancelled", "cancelled"
+    EXPIRED = "expired", "expired"

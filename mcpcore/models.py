@@ -23,6 +23,8 @@ from .choices import (
     DeliveryStatus,
     FlowStatus,
     Mode,
+    QuestionMode,
+    QuestionStatus,
     ServerState,
     TargetKind,
     TokenRole,
@@ -122,8 +124,11 @@ class Server(models.Model):
         self.call_timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
         self.config_hash = self.hash_config(config)
 
-    def to_status(self, tool_count: int, oauth: dict | None = None) -> dict:
-        """A `GET /v1/mcp/status` item; `oauth` (SPEC 16.1) only on servers that use OAuth."""
+    def to_status(
+        self, tool_count: int, oauth: dict | None = None, prompt_count: int = 0, resource_count: int = 0
+    ) -> dict:
+        """A `GET /v1/mcp/status` item; `oauth` (SPEC 16.1) only on servers that use OAuth;
+        `resource_count` counts its resource templates too (SPEC 20.1)."""
         item = {
             "Name": self.name,
             "Transport": self.transport,
@@ -131,6 +136,8 @@ class Server(models.Model):
             "Error": self.last_error if not self.is_connected else "",
             "state": self.state,
             "tools": tool_count,
+            "prompts": prompt_count,
+            "resources": resource_count,
             "protocol": self.protocol_version,
             "last_refresh": iso(self.last_refresh),
             "worker": self.owner,
@@ -272,6 +279,9 @@ class Resource(models.Model):
     annotations = models.JSONField(default=dict, blank=True)
     meta = models.JSONField(default=dict, blank=True)
     position = models.PositiveIntegerField(default=0)
+    # Not a column: the other servers listing the same URI, for the server page
+    # (display.server_resources).
+    also: list[str]
 
     class Meta:
         ordering = ["server__name", "position"]
@@ -472,6 +482,10 @@ class ToolCall(models.Model):
     # For via=mcp: the upstream CallToolResult as wire JSON, when at most AGENVOY_RESULT_CAP
     # bytes, so the MCP client gets it as it was (SPEC 13.3).
     native_result = models.JSONField(null=True, blank=True)
+    # The elicitation modes the MCP client that made the call declared (`form`, `url`, both
+    # comma-separated, or none): a server's question is relayed to it when it can answer that
+    # mode, else it goes to the inbox (SPEC 20.4).
+    client_asks = models.CharField(max_length=10, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at"]
@@ -618,6 +632,41 @@ class ToolCall(models.Model):
         if self.kind == CallKind.RESOURCE:
             item["uri"] = self.uri
         return item
+
+
+class Question(models.Model):
+    """A question a server asked during a call (elicitation, SPEC 20.4): relayed to the MCP
+    client that made the call when it declared that mode (status `asked`), else a pending item
+    of kind `question` in the inbox (status `pending`) until a person answers, declines or
+    cancels it, it expires (the server gets `cancel`), or the call ends. Its id is the
+    pending item's id (`GET /v1/pending`, `POST /v1/pending/<id>/answer`, `/pending/<id>/`).
+    Kept with its call for the history."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    call = models.ForeignKey("ToolCall", on_delete=models.CASCADE, related_name="questions")
+    server_name = models.CharField(max_length=64)
+    mode = models.CharField(max_length=4, choices=QuestionMode.choices, default=QuestionMode.FORM)
+    message = models.TextField(blank=True, default="")
+    # Form mode: the server's `requestedSchema`; URL mode: the URL and its elicitation id.
+    schema = models.JSONField(null=True, blank=True)
+    url = models.TextField(blank=True, default="")
+    elicitation_id = models.CharField(max_length=200, blank=True, default="")
+    status = models.CharField(max_length=10, choices=QuestionStatus.choices, default=QuestionStatus.PENDING)
+    # What went back to the server: {"action": "accept" | "decline" | "cancel", "content"?: {...}}.
+    answer = models.JSONField(null=True, blank=True)
+    answered_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    # How far the notifier has told notification targets (as ToolCall.notified).
+    notified = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [models.Index(fields=["status", "created_at"], name="mcpcore_question_status_time")]
+
+    def __str__(self) -> str:
+        return f"{self.server_name} asks: {self.message[:40]} ({self.status})"
 
 
 class SessionAllowance(models.Model):

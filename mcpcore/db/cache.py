@@ -113,6 +113,19 @@ def scope(token):
     return _through("scope", str(token.pk), load)
 
 
+def listing(key: str, load):
+    """What `load()` builds for `key` (an MCP endpoint's listings for one audience), kept
+    until any watched table changes: lists served from memory, not from rows per request."""
+    return _through("listing", key, load)
+
+
+def server(name: str):
+    """The Server of this name, or None (what a prompt get or resource read checks)."""
+    from ..models import Server
+
+    return _through("server-row", name, lambda: Server.objects.filter(name=name).first())
+
+
 def server_exists(name: str) -> bool:
     """Whether a server of this name is configured (`/mcp/<server>` asks on every request)."""
     from ..models import Server

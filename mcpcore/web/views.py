@@ -99,6 +99,7 @@ from .display import (
     result_context,
     result_view,
     rules_lines,
+    server_resources,
     storage,
     targets_context,
     token_rows,
@@ -260,6 +261,9 @@ def server_detail(request: HtmxRequest, name: str) -> HttpResponse:
         config=mask_config(server.config),
         config_json=pretty(mask_config(server.config)),
         page_sig=server.signature,
+        prompts=list(server.prompts.all()),
+        resources=server_resources(server),
+        resource_templates=list(server.resource_templates.all()),
         live_page=f"server:{server.name}",
         problems=file_problems(),
     )

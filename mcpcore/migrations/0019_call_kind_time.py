@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('mcpcore', '0017_rest_of_mcp'),
+        ('mcpcore', '0018_questions'),
     ]
 
     operations = [
