@@ -63,9 +63,25 @@ def redirect_problem(uri: str) -> str | None:
         return None
     if parts.scheme == "http" and _loopback(parts.netloc):
         return None
-    if parts.scheme not in ("http", "https", "") and "." in parts.scheme:
+    # A private-use scheme (RFC 8252 7.1) with a dot in it: reverse-DNS (`com.example.app:/cb`)
+    # or a domain after it (`cursor://anysphere.cursor-mcp/oauth/callback`).
+    if parts.scheme in STANDARD_SCHEMES or not parts.scheme:
+        return f"{uri!r} must be https, http on a loopback host, or a private-use scheme with a dot in it"
+    if "." in parts.scheme or (host and "." in host and not _is_address(host)):
         return None
-    return f"{uri!r} must be https, http on a loopback host, or a private-use scheme like com.example.app:/"
+    return f"{uri!r} must be https, http on a loopback host, or a private-use scheme with a dot in it"
+
+
+# Schemes with a meaning of their own: never a private-use scheme (RFC 8252 7.1).
+STANDARD_SCHEMES = ("http", "https", "ftp", "file", "ws", "wss", "data", "javascript", "mailto", "blob")
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _loopback(netloc: str) -> bool:

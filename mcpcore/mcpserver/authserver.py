@@ -11,7 +11,8 @@ fields it lacks (the metadata route is the console's), `iss` on every redirect b
 single-use codes, the `resource` of a token request (read from the form on the way in), HTTP
 Basic client auth without `client_id` in the form (added on the way in), an unknown client or
 redirect URI answered with a page rather than JSON, `POST /revoke` answering 200 always, and
-the 401 of the MCP endpoints (`app.challenge_for`).
+a public client's revocation without a `client_secret` field, and the 401 of the MCP
+endpoints (`app.challenge_for`).
 """
 
 import asyncio
@@ -429,7 +430,9 @@ class AuthServer:
         basic = _basic_client_id(Headers(scope=scope).get("authorization", ""))
         if basic and "client_id" not in form:
             form["client_id"] = basic
-            body = urlencode(form).encode()
+        # The SDK's revocation request requires the field even for a public client.
+        form.setdefault("client_secret", "")
+        body = urlencode(form).encode()
         reset = _revoking.set(True)
         try:
             await route.handle(_with_length(scope, body), _replay(body, receive), _discard)
