@@ -319,16 +319,19 @@ class _CheckedConnection(http.client.HTTPSConnection):
     """An HTTPS connection whose socket goes only to addresses checked when it connects."""
 
     def connect(self) -> None:
-        infos = _resolve(self.host, self.port, self.timeout or DOCUMENT_SECONDS)
-        family, kind, proto, _name, address = infos[0]
-        sock = socket.socket(family, kind, proto)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(address)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
+        failure: OSError | None = None
+        for family, kind, proto, _name, address in _resolve(self.host, self.port, self.timeout or DOCUMENT_SECONDS):
+            sock = socket.socket(family, kind, proto)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(address)
+            except OSError as exc:
+                sock.close()
+                failure = exc
+                continue
+            self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
+            return
+        raise failure or OSError(f"cannot connect to {self.host}")
 
 
 def _get(url: str, deadline: float) -> tuple[int, str | None, bytes]:
