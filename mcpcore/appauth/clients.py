@@ -320,7 +320,9 @@ class _CheckedConnection(http.client.HTTPSConnection):
 
     def connect(self) -> None:
         failure: OSError | None = None
-        for family, kind, proto, _name, address in _resolve(self.host, self.port, self.timeout or DOCUMENT_SECONDS):
+        for family, kind, proto, _name, address in _resolve(
+            self.host, self.port, self.timeout or DOCUMENT_SECONDS
+        ):
             sock = socket.socket(family, kind, proto)
             sock.settimeout(self.timeout)
             try:
