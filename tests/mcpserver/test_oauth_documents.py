@@ -278,3 +278,14 @@ def test_it_refuses_a_private_address_without_the_flag(module_console, docs):
     assert r.status_code == 400
     assert "resolves to a private address" in r.text
     assert "/private.json" not in docs.hits  # refused before any connection was made
+
+
+def test_it_marks_a_return_host_that_is_not_the_clients_own(c, web, docs):
+    client_id = docs.document("/elsewhere.json", redirect_uris=["https://elsewhere.example/cb"])
+    r = authorize(web, client_id, "https://elsewhere.example/cb")
+    assert r.status_code == 302, r.text
+    page = web.get(r.headers["location"])
+    assert "elsewhere.example" in page.text and "not the client's own host" in page.text
+    same = docs.document("/same-host.json", redirect_uris=[docs.base + "/cb"])
+    page = web.get(authorize(web, same, docs.base + "/cb").headers["location"])
+    assert "not the client" not in page.text

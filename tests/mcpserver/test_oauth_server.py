@@ -452,3 +452,66 @@ def test_it_answers_the_21st_registration_of_an_hour_with_429(module_console):
     assert r.status_code == 429
     assert r.json() == {"error": "too_many_registrations"}
     assert count(fresh, "appclient") == before
+
+
+def test_it_preselects_a_views_resource_and_limits_the_app_to_the_views_chosen(c, web):
+    assert c.post("/v1/views", {"name": "echoes", "include": ["mcp__echo__echo"]}).status_code == 200
+    verifier, challenge = pkce()
+    client_id = register(c, client_name="Viewer").json()["client_id"]
+    params = authorize_params(client_id, challenge, resource=c.url + "/mcp/v/echoes")
+    r = web.get("/authorize", params=params, follow_redirects=False)
+    page = web.get(r.headers["location"])
+    assert '<option value="echoes" selected>' in page.text
+    assert f"{c.url}/mcp/v/echoes" in page.text
+    location = consent_over_http(web, views=("echoes",))(str(r.url))
+    code = parse_qs(urlsplit(location).query)["code"][0]
+    access = exchange(c, client_id, code, verifier).json()["access_token"]
+    grant = next(g for g in c.get("/v1/grants").json()["grants"] if g["client_id"] == client_id)
+    assert grant["views"] == ["echoes"] and grant["resource"] == "/mcp/v/echoes"
+    assert mcp_status(c, access, "/mcp/v/echoes") == 200
+    assert mcp_status(c, access, "/mcp") == 401  # its resource is the view's endpoint only
+
+
+def test_it_takes_http_basic_client_auth_without_client_id_in_the_form(c, web):
+    import base64
+
+    verifier, challenge = pkce()
+    reg = register(c, client_name="Basic", token_endpoint_auth_method="client_secret_basic").json()
+    code = allowed_code(c, web, reg["client_id"], challenge)["code"]
+    basic = base64.b64encode(f"{reg['client_id']}:{reg['client_secret']}".encode()).decode()
+    form = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "redirect_uri": REDIRECT,
+        "code_verifier": verifier,
+    }
+    r = httpx2.post(c.url + "/token", data=form, headers={"Authorization": f"Basic {basic}"})
+    assert r.status_code == 200, r.text
+    wrong = base64.b64encode(f"{reg['client_id']}:nope".encode()).decode()
+    r = httpx2.post(
+        c.url + "/token",
+        data={"grant_type": "refresh_token", "refresh_token": r.json()["refresh_token"]},
+        headers={"Authorization": f"Basic {wrong}"},
+    )
+    assert r.status_code == 401 and r.json()["error"] == "invalid_client"
+
+
+def test_it_refuses_a_token_request_for_another_resource(c, web):
+    verifier, challenge = pkce()
+    client_id = register(c, client_name="Resourceful").json()["client_id"]
+    code = allowed_code(c, web, client_id, challenge, resource=c.url + "/mcp/echo")["code"]
+    form = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "redirect_uri": REDIRECT,
+        "client_id": client_id,
+        "code_verifier": verifier,
+        "resource": c.url + "/mcp",
+    }
+    r = httpx2.post(c.url + "/token", data=form)
+    assert r.status_code == 400 and r.json()["error"] == "invalid_target"
+    # The refusal spent nothing: the right resource (as Claude Code sends it, with a trailing /)
+    # still gets the tokens.
+    form["resource"] = c.url + "/mcp/echo/"
+    r = httpx2.post(c.url + "/token", data=form)
+    assert r.status_code == 200, r.text
