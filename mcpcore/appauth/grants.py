@@ -227,26 +227,26 @@ def _issue(grant: AppGrant, code: AppCode | None) -> tuple[str, str, int]:
 # --- refresh tokens ------------------------------------------------------------------------------
 
 
-def refresh_row(client_id: str, value: str) -> tuple[AppToken | None, bool]:
-    """The refresh token `value` of this client if it may be used, and whether it is the grace
-    use of one just replaced. One used after it was replaced (past the grace, or twice in it)
-    revokes the whole grant (SPEC 21.4): (None, True) then tells the caller."""
+def refresh_row(client_id: str, value: str) -> tuple[AppToken | None, bool, AppGrant | None]:
+    """The refresh token `value` of this client if it may be used, whether it is the grace use
+    of one just replaced, and the grant to revoke when it was used after it was replaced (past
+    the grace, or twice in it: SPEC 21.4 revokes the whole grant; `revoke_grant`, by the caller,
+    which also ends the grant's token as `calls.revoke_token` does)."""
     row = (
-        AppToken.objects.select_related("grant", "grant__client", "code")
+        AppToken.objects.select_related("grant", "grant__client", "grant__token", "code")
         .filter(token_hash=digest(value), kind=AppToken.REFRESH, grant__client__client_id=client_id)
         .first()
     )
     now = timezone.now()
     if row is None or row.revoked_at is not None or row.expires_at < now or not _grant_live(row.grant_id):
-        return None, False
+        return None, False, None
     if row.replaced_at is None:
-        return row, False
+        return row, False, None
     if now - row.replaced_at <= GRACE and AppToken.objects.filter(pk=row.pk, grace_used=False).update(
         grace_used=True
     ):
-        return row, True
-    revoke_grant(row.grant, app_actor(row.grant), reason="refresh token reused")
-    return None, True
+        return row, True, None
+    return None, False, row.grant
 
 
 def rotate(row: AppToken, grace: bool) -> tuple[str, str, int] | None:

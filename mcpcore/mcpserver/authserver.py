@@ -42,9 +42,9 @@ from starlette.datastructures import Headers
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from .. import audit, db
+from .. import audit, calls, db
 from ..appauth import clients, grants
-from ..models import AppClient
+from ..models import AppClient, AppGrant
 
 log = logging.getLogger("mcpcore.mcpserver.oauth")
 
@@ -54,6 +54,7 @@ WELL_KNOWN_AS = "/.well-known/oauth-authorization-server"
 WELL_KNOWN_PR = "/.well-known/oauth-protected-resource"
 PATHS = ("/authorize", "/token", "/register", "/revoke")
 BODY_MOST = 64 * 1024
+CORS = {"Access-Control-Allow-Origin": "*"}  # as the SDK's own routes answer (browser-based clients)
 
 # Set by the console's wrappers around the SDK's handlers, read by the provider they call.
 _address: contextvars.ContextVar[str] = contextvars.ContextVar("register_address", default="")
@@ -224,7 +225,9 @@ class ConsoleProvider:
     ) -> RefreshToken | None:
         if _revoking.get():
             return None  # POST /revoke: revoke_token finds it (a used one must not end the grant here)
-        row, _grace = await db.write(grants.refresh_row, client.client_id or "", refresh_token)
+        row, grace, reused = await db.write(grants.refresh_row, client.client_id or "", refresh_token)
+        if reused is not None:
+            await _revoke_reused(reused)
         if row is None:
             return None
         return ConsoleRefresh(
@@ -234,7 +237,7 @@ class ConsoleProvider:
             expires_at=int(row.expires_at.timestamp()),
             resource=row.grant.resource,
             row=row,
-            grace=_grace,
+            grace=grace,
         )
 
     async def exchange_refresh_token(
@@ -260,6 +263,21 @@ class ConsoleProvider:
 
     async def revoke_token(self, token: AccessToken | RefreshToken) -> None:
         await db.write(grants.revoke_token, token.client_id, token.token)
+
+
+async def _revoke_reused(grant: AppGrant) -> None:
+    """A refresh token used after it was replaced: the whole grant goes (SPEC 21.4), and its
+    token's pending calls end as a revoked token's do (SPEC 12.2)."""
+    ended = await db.write(_revoke_grant_and_token, grant)
+    for call_id in ended:
+        await calls.announce(call_id)
+
+
+def _revoke_grant_and_token(grant: AppGrant) -> list[str]:
+    by = grants.app_actor(grant)
+    _revoked, ended = calls.revoke_token(grant.token_id, by)
+    grants.revoke_grant(grant, by, reason="refresh token reused")
+    return ended
 
 
 async def _check_resource(resource: str) -> None:
@@ -343,7 +361,7 @@ class AuthServer:
             if scope["method"] not in ("GET", "HEAD", "OPTIONS"):
                 await _not_found(scope, receive, send)
                 return
-            await JSONResponse(self.metadata(), headers={"Cache-Control": "public, max-age=3600"})(
+            await JSONResponse(self.metadata(), headers={"Cache-Control": "public, max-age=3600", **CORS})(
                 scope, receive, send
             )
         elif path == WELL_KNOWN_PR or path.startswith(WELL_KNOWN_PR + "/"):
@@ -412,7 +430,7 @@ class AuthServer:
     async def _register(self, route: Route, scope, receive, send) -> None:
         address = audit.address_of(_as_request(scope))
         if scope["method"] == "POST" and not await db.read(clients.registrations_left, address):
-            await JSONResponse({"error": "too_many_registrations"}, 429)(scope, receive, send)
+            await JSONResponse({"error": "too_many_registrations"}, 429, headers=CORS)(scope, receive, send)
             return
         reset = _address.set(address)
         try:
@@ -438,7 +456,7 @@ class AuthServer:
             await route.handle(_with_length(scope, body), _replay(body, receive), _discard)
         finally:
             _revoking.reset(reset)
-        await Response(status_code=200, headers={"Cache-Control": "no-store", "Pragma": "no-cache"})(
+        await Response(status_code=200, headers={"Cache-Control": "no-store", "Pragma": "no-cache", **CORS})(
             scope, receive, send
         )
 
