@@ -456,6 +456,8 @@ def test_it_answers_the_21st_registration_of_an_hour_with_429(module_console):
 
 def test_it_preselects_a_views_resource_and_limits_the_app_to_the_views_chosen(c, web):
     assert c.post("/v1/views", {"name": "echoes", "include": ["mcp__echo__echo"]}).status_code == 200
+    metadata = httpx2.get(c.url + "/.well-known/oauth-protected-resource/mcp/v/echoes").json()
+    assert metadata["resource"] == c.url + "/mcp/v/echoes"
     verifier, challenge = pkce()
     client_id = register(c, client_name="Viewer").json()["client_id"]
     params = authorize_params(client_id, challenge, resource=c.url + "/mcp/v/echoes")
