@@ -411,7 +411,7 @@ def _revoke_grant(grant_id: str, by: audit.Actor) -> list[str] | None:
         AppGrant.objects.select_related("client", "token")
         .filter(pk=int(grant_id), revoked_at__isnull=True)
         .first()
-        if grant_id.isdigit()
+        if grant_id.isdigit() and len(grant_id) < 19  # a row id fits 64 bits; longer is no grant
         else None
     )
     if grant is None:

@@ -277,6 +277,17 @@ def test_it_accepts_a_resource_with_a_trailing_slash_and_limits_the_token_to_it(
     r = exchange(c, client_id, query["code"], verifier)
     assert r.status_code == 200, r.text
     assert r.headers["cache-control"] == "no-store"
+    assert r.json()["expires_in"] == 3600 and r.json()["token_type"] == "Bearer"
+    wrong = httpx2.post(
+        c.url + "/token",
+        data={
+            "grant_type": "refresh_token",
+            "refresh_token": r.json()["refresh_token"],
+            "client_id": client_id,
+            "resource": c.url + "/mcp",
+        },
+    )
+    assert wrong.status_code == 400 and wrong.json()["error"] == "invalid_target"
     access = r.json()["access_token"]
     assert mcp_status(c, access, "/mcp/echo") == 200
     assert mcp_status(c, access, "/mcp") == 401
