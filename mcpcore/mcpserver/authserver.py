@@ -16,12 +16,14 @@ endpoints (`app.challenge_for`).
 """
 
 import asyncio
+import base64
+import binascii
 import contextvars
 import html
 import logging
 from types import SimpleNamespace
 from typing import Any, cast
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -172,6 +174,7 @@ class ConsoleProvider:
         # An equal registration nobody allowed yet: the SDK answers with the one kept.
         client_info.client_id = row.client_id
         client_info.client_secret = secret
+        client_info.client_name = row.name or None  # as kept: at most 200 characters
         client_info.client_id_issued_at = int(row.created_at.timestamp())
 
     async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
@@ -487,10 +490,7 @@ async def _not_found(scope, receive, send) -> None:
 
 
 def _basic_client_id(header: str) -> str | None:
-    import base64
-    import binascii
-    from urllib.parse import unquote
-
+    """The client_id of an `Authorization: Basic` header (RFC 6749 2.3.1), or None."""
     if not header.lower().startswith("basic "):
         return None
     try:

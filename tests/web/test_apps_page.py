@@ -58,3 +58,24 @@ def test_it_answers_a_bad_or_stale_allow_request_with_a_400_page(signed_in):
         r = signed_in.get("/apps/allow/" + query)
         assert r.status_code == 400
         assert "Authorization failed: this request has expired or is not valid" in r.content.decode()
+
+
+def test_it_never_lets_the_allow_page_be_framed(signed_in, user, settings):
+    settings.AGENVOY_PUBLIC_URL = "https://console.example"
+    grant = allowed(user)
+    request = grants.sign_request(
+        {
+            "client_id": grant.client.client_id,
+            "redirect_uri": "https://app.example/cb",
+            "explicit": True,
+            "code_challenge": "c" * 43,
+            "state": "s",
+            "resource": "/mcp",
+            "asked_resource": "",
+        }
+    )
+    r = signed_in.get("/apps/allow/", {"request": request})
+    assert r.status_code == 200 and "Allow an app" in r.content.decode()
+    assert r["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in r["Content-Security-Policy"]
+    assert r["Cache-Control"] == "no-store"
