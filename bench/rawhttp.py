@@ -257,16 +257,21 @@ class RawMcp:
 
     async def list_tools(self) -> dict:
         """`tools/list` (one page); the result as a dict."""
+        return await self.rpc("tools/list")
+
+    async def rpc(self, method: str, params: dict | None = None, name: str | None = None) -> dict:
+        """Any request without progress (`prompts/list`, `resources/read`, ...); its result as a
+        dict. `name` is the era's `Mcp-Name` header (a URI or prompt name, where it has one)."""
         request_id = next(self._ids)
-        params: dict = {}
+        params = dict(params or {})
         if self.era == MODERN:
             params["_meta"] = {
                 PROTOCOL_VERSION_META_KEY: MODERN,
                 CLIENT_CAPABILITIES_META_KEY: {},
                 CLIENT_INFO_META_KEY: CLIENT_INFO,
             }
-        body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/list", "params": params})
-        r = await self._send("POST", body.encode(), self._era_headers("tools/list"))
+        body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        r = await self._send("POST", body.encode(), self._era_headers(method, name))
         return self._answer(r, request_id)
 
     async def call(

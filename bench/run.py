@@ -37,6 +37,7 @@ BENCHES = [
     "held",
     "toolviews",
     "audit",
+    "mcp_lists",
     "apptokens",
 ]
 

@@ -32,7 +32,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import allowlist, audit, control, db, files, gate, metrics, oauth, rules, schemas
+from . import allowlist, audit, control, db, files, gate, metrics, names, oauth, rules, schemas
 from .choices import AuditAction, CallDecision, CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
 from .db import cache, callsql
 from .models import (
@@ -256,6 +256,70 @@ def create(
         # Revoked between this request's auth and now: revoke_token's sweep may have missed it.
         finish(call.id, CallStatus.CANCELLED, TOKEN_REVOKED, decided_at=timezone.now())
         call.refresh_from_db()
+    return call
+
+
+def create_read(
+    token: ApiToken | None,
+    kind: str,
+    server: Server,
+    name: str,
+    arguments: dict,
+    session_id: str,
+    via: str = Via.MCP,
+    local: LocalSupervisor | None = None,
+) -> ToolCall:
+    """Record a prompt get (`kind` prompt: `name` is the prompt's own name, `arguments` its
+    arguments) or a resource read (`kind` resource: `name` is the URI) on `server`, decided by
+    the gate as every call is (SPEC 20.3): it runs unless a rule says otherwise (`prompt:` rules
+    on the registered prompt name, `resource:` rules on the server with the URI). The door has
+    already routed it (the server owns the prompt or URI, and the client may see it). Sync, like
+    `create`: run it with `db.write`."""
+    if server.state == ServerState.NEEDS_AUTHORIZATION:
+        raise CallError(oauth.needs_authorization(server.name), 503)
+    if server.state not in (ServerState.CONNECTED, ServerState.CONNECTING):
+        raise CallError(f"server {server.name} is not connected: {server.last_error or server.state}", 503)
+    if kind == CallKind.PROMPT:
+        tool_name, tool, checked_as = names.registered_name(server.name, name), name, arguments
+        rule_name = f"prompt:{tool_name}"
+    else:
+        tool_name, tool, checked_as = name[:700], "", {"uri": name}
+        rule_name = f"resource:{server.name}"
+    decision = gate.decide(
+        Mode.CONFIRM,
+        allowed=lambda: False,
+        session_allowed=lambda: False,
+        rule=lambda: rule_for(rule_name, checked_as),
+        reads=True,
+    )
+    now = timezone.now()
+    call = callsql.new(
+        kind=kind,
+        session_id=session_id,
+        tool_name=tool_name,
+        server_name=server.name,
+        tool=tool,
+        arguments=checked_as,
+        mode=Mode.CONFIRM,
+        token=token,
+        requested_by=token.name if token else "",
+        created_at=now,
+        rule=decision.rule,
+        via=via,
+    )
+    if decision.reason == RuleDecision.DENY:
+        call.status, call.decision = CallStatus.SKIPPED, CallDecision.RULE
+        call.decided_at = call.ended_at = now
+        call.decided_by, call.result = "rule", gate.denied_text(decision.rule)
+    elif decision.run:
+        call.status, call.decision, call.decided_at = CallStatus.RUNNING, decision.reason, now
+        if local is not None and local.holds(server.name):
+            call.started_at, call.worker = now, local.name
+    else:
+        _wait_for_a_person(call, token, now)
+    callsql.insert(call)
+    if call.ended:
+        _count_end(call)
     return call
 
 
@@ -615,8 +679,7 @@ def unstarted_for(servers: list[str]) -> list[str]:
         status=CallStatus.RUNNING,
         started_at__isnull=True,
         server_name__in=servers,
-        kind=CallKind.TOOL_CONFIRM,
-    )
+    ).exclude(kind=CallKind.PERMISSION_PROMPT)
     return [str(cid) for cid in rows.values_list("id", flat=True)]
 
 

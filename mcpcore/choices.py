@@ -75,11 +75,31 @@ class Mode(TextChoices):
 
 
 class CallKind(TextChoices):
-    """What a call asks (`ToolCall.kind`): a tool of an MCP server, or a permission prompt
-    (SPEC 13.5) about an agent's own tool, which never runs on a server."""
+    """What a call asks (`ToolCall.kind`): a tool of an MCP server, a permission prompt
+    (SPEC 13.5) about an agent's own tool, which never runs on a server, or a prompt get or a
+    resource read on a server (SPEC 20.3).
+
+    The history and `GET /v1/mcp/calls/<id>` call a tool call's kind `tool` (`history_kind`);
+    the inbox keeps `tool_confirm` (SPEC 7)."""
 
     TOOL_CONFIRM = "tool_confirm", "tool_confirm"
     PERMISSION_PROMPT = "permission_prompt", "permission_prompt"
+    PROMPT = "prompt", "prompt"
+    RESOURCE = "resource", "resource"
+
+
+def history_kind(kind: str) -> str:
+    """A call's kind as the history and `GET /v1/mcp/calls/<id>` name it (SPEC 20.3)."""
+    return "tool" if kind == CallKind.TOOL_CONFIRM else kind
+
+
+# The kinds the History page and the export filter by, in the order the page offers them.
+HISTORY_KINDS = ("tool", CallKind.PROMPT.value, CallKind.RESOURCE.value, CallKind.PERMISSION_PROMPT.value)
+
+
+def stored_kind(kind: str) -> str:
+    """The stored `ToolCall.kind` of a history kind (`history_kind` turned round)."""
+    return CallKind.TOOL_CONFIRM.value if kind == "tool" else kind
 
 
 class CallDecision(TextChoices):
@@ -87,7 +107,7 @@ class CallDecision(TextChoices):
 
     The gate's own: `auto`, `allowlist`, `session` (an allowance), `grant` (a time-boxed or
     remembered grant, SPEC 17.3), `rule` (an argument rule, either way). A person's reply: `approve`, `remember`, `session` (approve for the session),
-    `deny`, `abort`. The clock's: `expired`.
+    `deny`, `abort`. The clock's: `expired`. A read no rule held (prompts, resources): `default`.
     """
 
     AUTO = "auto", "auto"
@@ -100,6 +120,9 @@ class CallDecision(TextChoices):
     DENY = "deny", "deny"
     ABORT = "abort", "abort"
     EXPIRED = "expired", "expired"
+    # A prompt get or a resource read that no rule held: they run unless a rule says otherwise
+    # (SPEC 20.3).
+    DEFAULT = "default", "default"
 
 
 class RuleDecision(TextChoices):
@@ -170,3 +193,23 @@ class AuditAction(TextChoices):
     SIGNIN_LOCKED = "signin.locked", "signin.locked"
     MFA_ADD = "mfa.add", "mfa.add"
     MFA_REMOVE = "mfa.remove", "mfa.remove"
+
+
+class QuestionMode(TextChoices):
+    """How a server asks (SPEC 20.4): a form built from its schema, or a URL to open."""
+
+    FORM = "form", "form"
+    URL = "url", "url"
+
+
+class QuestionStatus(TextChoices):
+    """Where a server's question is (`Question.status`): relayed to the MCP client (`asked`),
+    waiting in the inbox (`pending`), or ended: `answered` (accept), `declined`,
+    `cancelled` (a person's cancel, the client gone, the call ended) or `expired`."""
+
+    ASKED = "asked", "asked"
+    PENDING = "pending", "pending"
+    ANSWERED = "answered", "answered"
+    DECLINED = "declined", "declined"
+    CANCELLED = "cancelled", "cancelled"
+    EXPIRED = "expired", "expired"

@@ -1,8 +1,9 @@
 """The messages between processes, through the channel layer: the doors' requests to the
 supervisors (`config.changed`, `call.run`, `call.cancel`, `servers.reconnect`,
-`oauth.authorize`, `oauth.callback`, answered on reply channels), and the groups every side
-tells of changes (`STATUS` and `PENDING`, which open pages and the MCP endpoints follow, and a
-call's own group, which its waiters follow). Web code never talks to MCP itself: it writes
+`oauth.authorize`, `oauth.callback`, `server.complete`, `resource.subscribe`, answered on reply
+channels where they need an answer), and the groups every side tells of changes (`STATUS` and
+`PENDING`, which open pages and the MCP endpoints follow, `RESOURCES` (`resource.updated`),
+which the MCP endpoints follow, and a call's own group, which its waiters follow). Web code never talks to MCP itself: it writes
 what is wanted in the database and says so here (or, for a call in the process that hosts its
 supervisor, through `calls.LocalSupervisor`)."""
 
@@ -14,6 +15,7 @@ from .choices import ServerState
 SUPERVISORS = "mcp-supervisors"  # group every supervisor worker joins
 STATUS = "mcp-status"  # group browsers join for live server status
 PENDING = "mcp-pending"  # group browsers join for live pending confirmations
+RESOURCES = "mcp-resources"  # group the MCP endpoints join for upstream resource updates
 
 
 def call_group(call_id: str) -> str:
@@ -162,3 +164,69 @@ def flow_callback(flow_id: str) -> None:
     """`/oauth/callback` wrote the code (or the error) into a flow's row: wake the worker
     that runs it, wherever it is."""
     send_group(SUPERVISORS, {"type": "oauth.callback", "flow": flow_id})
+
+
+def _holder_channel(server: str) -> str:
+    """The channel of the worker that holds the server's session, "" when none does."""
+    from .models import Server, Worker
+
+    owner = Server.objects.filter(name=server).values_list("owner", flat=True).first() or ""
+    return (
+        (Worker.objects.filter(name=owner).values_list("channel", flat=True).first() or "") if owner else ""
+    )
+
+
+class Unanswered(Exception):
+    """No worker holds the server, or it did not answer in time."""
+
+
+class Refused(Exception):
+    """The server answered a JSON-RPC error; `code` and `message` are its own."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+async def complete(server: str, ref: dict, argument: dict, context: dict | None) -> dict:
+    """Ask the holder of `server` for a completion (SPEC 20.2) and return the server's
+    `CompleteResult` as wire JSON."""
+    import asyncio
+
+    from django.conf import settings
+
+    from . import db
+
+    channel = await db.run(_holder_channel, server)
+    if not channel:
+        raise Unanswered(server)
+    layer = get_channel_layer()
+    reply = await layer.new_channel()
+    message = {"type": "server.complete", "server": server, "ref": ref, "argument": argument}
+    await layer.send(channel, {**message, "context": context, "reply": reply})
+    try:
+        answer = await asyncio.wait_for(layer.receive(reply), settings.AGENVOY_LIST_TIMEOUT)
+    except TimeoutError:
+        raise Unanswered(server) from None
+    error = answer.get("error")
+    if isinstance(error, dict):
+        raise Refused(int(error.get("code", -32603)), str(error.get("message", "")))
+    if not isinstance(answer.get("result"), dict):
+        raise Unanswered(server)
+    return answer["result"]
+
+
+async def subscribe(server: str, uri: str) -> None:
+    """Keep `uri` subscribed upstream (SPEC 20.2): a row every holder of the server reads at
+    connect, and a word to the one holding it now."""
+    from . import db
+    from .models import ResourceSubscription
+
+    def record() -> str:
+        ResourceSubscription.objects.get_or_create(server_name=server, uri=uri)
+        return _holder_channel(server)
+
+    channel = await db.run(record)
+    if channel:
+        await get_channel_layer().send(channel, {"type": "resource.subscribe", "server": server})

@@ -37,11 +37,14 @@ def decide(
     rule: Callable[[], tuple[str, str] | None] = lambda: None,
     changed: Callable[[], bool] = lambda: False,
     granted: Callable[[], bool] = lambda: False,
+    reads: bool = False,
 ) -> Decision:
     """Argument rules first (SPEC 14.2: deny, then ask), then a trusted tool whose definition
     changed since it was pinned (14.1: it waits for a person whatever else would let it run),
     then an allow rule, then SPEC 5 (first match wins: auto mode, the allow-list, the session's
-    allowance), then a time-boxed grant of the tool to the token (17.3), else ask.
+    allowance), then a time-boxed grant of the tool to the token (17.3), else ask. A prompt get
+    or a resource read (`reads`) runs when no rule holds it (SPEC 20.3: most are the person's
+    own picks).
 
     The checks are callables, asked only when reached: each may cost a lookup. `rule` gives
     (decision, line) of the deciding rule or None.
@@ -55,6 +58,8 @@ def decide(
         return Decision(False, RuleDecision.ASK)
     if found is not None and found[0] == RuleDecision.ALLOW:
         return Decision(True, CallDecision.RULE, found[1])
+    if reads:
+        return Decision(True, CallDecision.DEFAULT)
     if mode == Mode.AUTO:
         return Decision(True, CallDecision.AUTO)
     if allowed():

@@ -23,11 +23,14 @@ from .choices import (
     DeliveryStatus,
     FlowStatus,
     Mode,
+    QuestionMode,
+    QuestionStatus,
     ServerState,
     TargetKind,
     TokenRole,
     Transport,
     Via,
+    history_kind,
 )
 
 SECRET_MASK = "********"
@@ -66,6 +69,9 @@ class Server(models.Model):
     server_info = models.JSONField(default=dict, blank=True)
     instructions = models.TextField(blank=True, default="")
     signature = models.CharField(max_length=64, blank=True, default="")
+    # The same record for its prompts, and for its resources with their templates (SPEC 20.1).
+    prompt_signature = models.CharField(max_length=64, blank=True, default="")
+    resource_signature = models.CharField(max_length=64, blank=True, default="")
     last_refresh = models.DateTimeField(null=True, blank=True)
     warnings = models.JSONField(default=list, blank=True)
     # Scale-out lease: exactly one live worker owns a server's session.
@@ -118,8 +124,11 @@ class Server(models.Model):
         self.call_timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
         self.config_hash = self.hash_config(config)
 
-    def to_status(self, tool_count: int, oauth: dict | None = None) -> dict:
-        """A `GET /v1/mcp/status` item; `oauth` (SPEC 16.1) only on servers that use OAuth."""
+    def to_status(
+        self, tool_count: int, oauth: dict | None = None, prompt_count: int = 0, resource_count: int = 0
+    ) -> dict:
+        """A `GET /v1/mcp/status` item; `oauth` (SPEC 16.1) only on servers that use OAuth;
+        `resource_count` counts its resource templates too (SPEC 20.1)."""
         item = {
             "Name": self.name,
             "Transport": self.transport,
@@ -127,6 +136,8 @@ class Server(models.Model):
             "Error": self.last_error if not self.is_connected else "",
             "state": self.state,
             "tools": tool_count,
+            "prompts": prompt_count,
+            "resources": resource_count,
             "protocol": self.protocol_version,
             "last_refresh": iso(self.last_refresh),
             "worker": self.owner,
@@ -210,6 +221,8 @@ class Tool(models.Model):
     digest = models.CharField(max_length=64, blank=True, default="")  # definition digest (14.1)
     llm_safe = models.BooleanField(default=True)
     position = models.PositiveIntegerField(default=0)
+    # The tool's `_meta` as the server gave it (`ui.resourceUri`, `ui.visibility`: SPEC 20.5).
+    meta = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["server__name", "tool_name"]
@@ -228,6 +241,88 @@ class Tool(models.Model):
             # A down server's tools stay registered; agents can see they won't run now.
             "available": self.server.is_connected,
         }
+
+
+class Prompt(models.Model):
+    """A prompt of a connected server (SPEC 20.1), registered as `mcp__<server>__<prompt>` by
+    section 3's rules. Rows of a server are replaced together when `Server.prompt_signature`
+    changes."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="prompts")
+    name = models.CharField(max_length=512)
+    registered_name = models.CharField(max_length=700, unique=True)
+    title = models.CharField(max_length=512, blank=True, default="")
+    description = models.TextField(blank=True, default="")
+    # [{"name", "description"?, "required"?, "title"?}] as the server gave them.
+    arguments = models.JSONField(default=list, blank=True)
+    meta = models.JSONField(default=dict, blank=True)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["server__name", "position", "name"]
+
+    def __str__(self) -> str:
+        return self.registered_name
+
+
+class Resource(models.Model):
+    """A resource a connected server lists (SPEC 20.1). Its URI is served unchanged; rows of a
+    server are replaced together with its templates when `Server.resource_signature` changes."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="resources")
+    uri = models.TextField()
+    name = models.CharField(max_length=512, blank=True, default="")
+    title = models.CharField(max_length=512, blank=True, default="")
+    description = models.TextField(blank=True, default="")
+    mime_type = models.CharField(max_length=255, blank=True, default="")
+    size = models.BigIntegerField(null=True, blank=True)
+    annotations = models.JSONField(default=dict, blank=True)
+    meta = models.JSONField(default=dict, blank=True)
+    position = models.PositiveIntegerField(default=0)
+    # Not a column: the other servers listing the same URI, for the server page
+    # (display.server_resources).
+    also: list[str]
+
+    class Meta:
+        ordering = ["server__name", "position"]
+
+    def __str__(self) -> str:
+        return self.uri
+
+
+class ResourceTemplate(models.Model):
+    """A resource template (RFC 6570 URI template) a connected server lists (SPEC 20.1)."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="resource_templates")
+    uri_template = models.TextField()
+    name = models.CharField(max_length=512, blank=True, default="")
+    title = models.CharField(max_length=512, blank=True, default="")
+    description = models.TextField(blank=True, default="")
+    mime_type = models.CharField(max_length=255, blank=True, default="")
+    annotations = models.JSONField(default=dict, blank=True)
+    meta = models.JSONField(default=dict, blank=True)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["server__name", "position"]
+
+    def __str__(self) -> str:
+        return self.uri_template
+
+
+class ResourceSubscription(models.Model):
+    """A resource some MCP client of the console subscribed to (SPEC 20.2): the worker holding
+    the server subscribes upstream to every URI listed here for it (at connect, and when told
+    of a new one), so a new holder after a failover subscribes again."""
+
+    server_name = models.CharField(max_length=64)
+    uri = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["server_name", "uri"], name="mcpcore_subscription_uniq")
+        ]
 
 
 class View(models.Model):
@@ -461,6 +556,10 @@ class ToolCall(models.Model):
     # For via=mcp: the upstream CallToolResult as wire JSON, when at most AGENVOY_RESULT_CAP
     # bytes, so the MCP client gets it as it was (SPEC 13.3).
     native_result = models.JSONField(null=True, blank=True)
+    # The elicitation modes the MCP client that made the call declared (`form`, `url`, both
+    # comma-separated, or none): a server's question is relayed to it when it can answer that
+    # mode, else it goes to the inbox (SPEC 20.4).
+    client_asks = models.CharField(max_length=10, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at"]
@@ -505,6 +604,30 @@ class ToolCall(models.Model):
         return self.kind == CallKind.PERMISSION_PROMPT
 
     @property
+    def history_kind(self) -> str:
+        """The kind as the history names it (SPEC 20.3): `tool` for a tool call."""
+        return history_kind(self.kind)
+
+    @property
+    def uri(self) -> str | None:
+        """A resource read's URI, whole (`tool_name` holds it cut to 700 characters); None for
+        any other kind."""
+        if self.kind != CallKind.RESOURCE:
+            return None
+        uri = self.arguments.get("uri") if isinstance(self.arguments, dict) else None
+        return uri if isinstance(uri, str) else self.tool_name
+
+    @property
+    def action(self) -> str:
+        """What the call asks, as the history and the inbox say it: `Get prompt <registered
+        name>`, `Read <uri> from <server>`, else the tool's name."""
+        if self.kind == CallKind.PROMPT:
+            return f"Get prompt {self.tool_name}"
+        if self.kind == CallKind.RESOURCE:
+            return f"Read {self.uri} from {self.server_name}"
+        return self.tool_name
+
+    @property
     def duration(self) -> float | None:
         if self.started_at and self.ended_at:
             return (self.ended_at - self.started_at).total_seconds()
@@ -546,8 +669,11 @@ class ToolCall(models.Model):
                 "truncated": self.truncated,
                 "rule": self.rule,
                 "via": self.via,
+                "kind": self.history_kind,
             }
         )
+        if self.kind == CallKind.RESOURCE:
+            body["uri"] = self.uri
         return body
 
     def to_pending(self) -> dict:
@@ -564,7 +690,44 @@ class ToolCall(models.Model):
         }
         if self.via == "hook":
             item["cwd"] = self.cwd
+        if self.kind == CallKind.RESOURCE:
+            item["uri"] = self.uri
         return item
+
+
+class Question(models.Model):
+    """A question a server asked during a call (elicitation, SPEC 20.4): relayed to the MCP
+    client that made the call when it declared that mode (status `asked`), else a pending item
+    of kind `question` in the inbox (status `pending`) until a person answers, declines or
+    cancels it, it expires (the server gets `cancel`), or the call ends. Its id is the
+    pending item's id (`GET /v1/pending`, `POST /v1/pending/<id>/answer`, `/pending/<id>/`).
+    Kept with its call for the history."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    call = models.ForeignKey("ToolCall", on_delete=models.CASCADE, related_name="questions")
+    server_name = models.CharField(max_length=64)
+    mode = models.CharField(max_length=4, choices=QuestionMode.choices, default=QuestionMode.FORM)
+    message = models.TextField(blank=True, default="")
+    # Form mode: the server's `requestedSchema`; URL mode: the URL and its elicitation id.
+    schema = models.JSONField(null=True, blank=True)
+    url = models.TextField(blank=True, default="")
+    elicitation_id = models.CharField(max_length=200, blank=True, default="")
+    status = models.CharField(max_length=10, choices=QuestionStatus.choices, default=QuestionStatus.PENDING)
+    # What went back to the server: {"action": "accept" | "decline" | "cancel", "content"?: {...}}.
+    answer = models.JSONField(null=True, blank=True)
+    answered_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    # How far the notifier has told notification targets (as ToolCall.notified).
+    notified = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [models.Index(fields=["status", "created_at"], name="mcpcore_question_status_time")]
+
+    def __str__(self) -> str:
+        return f"{self.server_name} asks: {self.message[:40]} ({self.status})"
 
 
 class SessionAllowance(models.Model):

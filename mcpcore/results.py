@@ -1,4 +1,5 @@
-"""CallToolResult -> the one string an agent receives (SPEC section 4).
+"""CallToolResult -> the one string an agent receives (SPEC section 4); GetPromptResult and
+ReadResourceResult -> the text a person reads in the history (SPEC 20.3).
 
 Pure functions over the MCP wire format: a CallToolResult as a JSON-style dict
 (``content``, ``isError``, ``structuredContent``), e.g. what
@@ -19,6 +20,8 @@ Decisions the SPEC leaves open:
 - Items of an unknown type are skipped.
 """
 
+import base64
+import binascii
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -215,3 +218,57 @@ def _byte_len(text: str) -> int:
 def _clean(text: str) -> str:
     # Lone surrogates cannot be encoded as UTF-8; replace them with "?".
     return text.encode("utf-8", "replace").decode("utf-8")
+
+
+# --- prompts and resources (SPEC 20.3): the history's text ---------------------------------------
+
+
+def prompt_text(result: dict) -> str:
+    """A GetPromptResult dict as the history shows it: each message as `<role>: <text>`,
+    joined by newlines; content that is not text is a one-line placeholder."""
+    lines = []
+    for message in result.get("messages") or []:
+        content = message.get("content")
+        items = content if isinstance(content, list) else [content or {}]
+        text = "\n".join(_placeholder(item) for item in items if isinstance(item, dict))
+        lines.append(f"{message.get('role', '')}: {text}")
+    return _clean("\n".join(lines))
+
+
+def resource_text(result: dict) -> str:
+    """A ReadResourceResult dict as the history shows it: the text contents joined by
+    newlines, a blob as `[blob <mimeType>, <n> bytes]`."""
+    lines = []
+    for item in result.get("contents") or []:
+        if "text" in item:
+            lines.append(str(item["text"]))
+        elif "blob" in item:
+            lines.append(
+                f"[blob {item.get('mimeType') or 'application/octet-stream'}, {_blob_size(item['blob'])} bytes]"
+            )
+    return _clean("\n".join(lines))
+
+
+def _placeholder(item: dict) -> str:
+    """A content item's text, or a one-line stand-in for what is not text."""
+    kind = item.get("type")
+    if kind == "text":
+        return str(item.get("text", ""))
+    if kind in _MEDIA_KINDS:
+        return f"[{kind} {item.get('mimeType') or 'application/octet-stream'}]"
+    if kind == "resource_link":
+        return f"[resource_link {item.get('uri', '')}]"
+    if kind == "resource":
+        resource = item.get("resource") or {}
+        if "text" in resource:
+            return str(resource["text"])
+        return f"[resource {resource.get('uri', '')}]"
+    return f"[{kind}]"
+
+
+def _blob_size(blob: object) -> int:
+    """The decoded size of a base64 blob (a malformed one counts its characters)."""
+    try:
+        return len(base64.b64decode(str(blob), validate=False))
+    except (binascii.Error, ValueError):
+        return len(str(blob))

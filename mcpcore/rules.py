@@ -8,6 +8,14 @@ keys. An absent argument never matches; every listed argument must match. Of the
 match a call, a `deny` wins over an `ask`, an `ask` over an `allow`, and among equals the first
 line.
 
+Two more forms (SPEC 20.3) decide the console's other calls: `prompt:<registered prompt name or
+prefix*>`, optionally with arguments over the prompt's arguments, and
+`resource:<server or *>(uri:<glob>)`. A call is checked under a name that carries its form:
+`prompt:<registered prompt name>` for a prompt get, `resource:<server>` with `{"uri": <uri>}`
+for a resource read (`prompt_subject`, `resource_subject`), a tool's registered name or a
+permission prompt's tool name for the rest. Each form is indexed apart: a plain rule (even
+`deny *`) never decides a prompt or a resource, and a form's rule never a tool.
+
 Checks are on every call's path, so a `RuleSet` indexes its rules by exact name and by prefix
 (grouped by length: one dict lookup per distinct prefix length), keeps each name's candidates
 once found, and compiles every glob once.
@@ -18,6 +26,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from . import names
 from .choices import RuleDecision
 
 _RANK = {d.value: i for i, d in enumerate(RuleDecision)}  # declared in the order they win
@@ -28,6 +37,29 @@ _ARG_NAME = r"[^\s,:()\"'{}\[\]]+"
 _ARG_SPLIT = re.compile(rf",\s*(?={_ARG_NAME}:)")
 _ARG_NAME_RE = re.compile(_ARG_NAME)
 _CACHE_MAX = 4096  # names whose candidate rules are kept
+
+# The forms of SPEC 20.3, by the prefix their patterns (and the names they are checked under)
+# start with; "" is the plain form of 14.2 (tools and permission prompts).
+PROMPT = "prompt"
+RESOURCE = "resource"
+PLAIN = ""
+_FORMS = (PROMPT, RESOURCE)
+
+
+def prompt_subject(registered_name: str) -> str:
+    """The name a prompt get is checked under: `prompt:<registered prompt name>`."""
+    return f"{PROMPT}:{registered_name}"
+
+
+def resource_subject(server: str) -> str:
+    """The name a resource read is checked under (with arguments `{"uri": <uri>}`)."""
+    return f"{RESOURCE}:{server}"
+
+
+def form_of(name: str) -> str:
+    """The form a name (or a rule's name part) belongs to: `prompt`, `resource` or plain ""."""
+    head, colon, _ = name.partition(":")
+    return head if colon and head in _FORMS else PLAIN
 
 
 class RuleError(ValueError):
@@ -109,6 +141,7 @@ class Rule:
     prefix: bool
     text: str  # the line as it reads in the file, trimmed
     args: tuple[tuple[str, Glob], ...] = ()
+    form: str = PLAIN  # `prompt`, `resource` (SPEC 20.3) or plain (tools, permission prompts)
 
     def matches_args(self, arguments: dict) -> bool:
         for key, glob in self.args:
@@ -150,7 +183,34 @@ def parse_line(raw: str, number: int) -> Rule | None:
     else:
         pattern = name
     prefix = name.endswith("*")
-    return Rule(number, decision, pattern, name[:-1] if prefix else name, prefix, line, args)
+    form = form_of(name)
+    if form:
+        _check_form(form, name, prefix, args, number)
+    return Rule(number, decision, pattern, name[:-1] if prefix else name, prefix, line, args, form)
+
+
+def _check_form(form: str, name: str, prefix: bool, args: tuple, number: int) -> None:
+    """Raise RuleError unless a `prompt:` or `resource:` pattern is one SPEC 20.3 allows."""
+    subject = name.partition(":")[2]
+    if form == PROMPT:
+        stem = subject[:-1] if prefix else subject
+        if prefix and (names.PREFIX.startswith(stem) or stem.startswith(names.PREFIX)):
+            return
+        if not prefix and names.split_registered(subject) is not None:
+            return
+        raise RuleError(
+            number,
+            f"a prompt rule names a registered prompt: prompt:mcp__<server>__<prompt> or a prefix "
+            f'ending in "*", got "{name}"',
+        )
+    if subject != "*":
+        if prefix:
+            raise RuleError(number, f'a resource rule names one server or "*", not a prefix: "{name}"')
+        problem = names.server_name_problem(subject)
+        if problem is not None:
+            raise RuleError(number, f'a resource rule names a server or "*": "{subject}" {problem}')
+    if [key for key, _ in args] != ["uri"]:
+        raise RuleError(number, f"a resource rule takes exactly one argument, uri: {name}(uri:<glob>)")
 
 
 def _parse_args(inner: str, number: int) -> tuple[tuple[str, Glob], ...]:
@@ -183,12 +243,10 @@ def render(lines: Iterable[str]) -> str:
     return "".join(f"{line.rstrip()}\n" for line in lines)
 
 
-class RuleSet:
-    """Rules indexed for fast checks: `check(name, arguments)` is the deciding rule or None."""
+class _Index:
+    """The rules of one form, indexed by exact name and by prefix length."""
 
-    def __init__(self, rules: Iterable[Rule] = ()) -> None:
-        self.rules = sorted(rules, key=lambda r: r.line)
-        ordered = sorted(self.rules, key=lambda r: (_RANK[r.decision], r.line))
+    def __init__(self, ordered: list[Rule]) -> None:
         self._exact: dict[str, list[Rule]] = {}
         by_len: dict[int, dict[str, list[Rule]]] = {}
         for rule in ordered:
@@ -199,11 +257,7 @@ class RuleSet:
         self._by_len = sorted(by_len.items())
         self._cache: dict[str, tuple[Rule, ...]] = {}
 
-    def __len__(self) -> int:
-        return len(self.rules)
-
     def candidates(self, name: str) -> tuple[Rule, ...]:
-        """The rules whose name part covers `name`, deciding order first."""
         found = self._cache.get(name)
         if found is not None:
             return found
@@ -221,17 +275,57 @@ class RuleSet:
         self._cache[name] = found
         return found
 
-    def check(self, name: str, arguments: dict) -> Rule | None:
-        for rule in self.candidates(name):
+
+class RuleSet:
+    """Rules indexed for fast checks: `check(name, arguments)` is the deciding rule or None.
+
+    The name says the call's form (`form_of`): `prompt:<registered>` is checked against the
+    prompt rules only, `resource:<server>` against the resource rules only, any other name
+    against the plain rules only. A caller whose name must never be read as a form (a
+    permission prompt's tool name is the agent's to choose) passes `form` (plain "")."""
+
+    def __init__(self, rules: Iterable[Rule] = ()) -> None:
+        self.rules = sorted(rules, key=lambda r: r.line)
+        ordered = sorted(self.rules, key=lambda r: (_RANK[r.decision], r.line))
+        self._forms = {form: _Index([r for r in ordered if r.form == form]) for form in (PLAIN, *_FORMS)}
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def candidates(self, name: str, form: str | None = None) -> tuple[Rule, ...]:
+        """The rules of the name's form whose name part covers `name`, deciding order first."""
+        return self._forms[form_of(name) if form is None else form].candidates(name)
+
+    def check(self, name: str, arguments: dict, form: str | None = None) -> Rule | None:
+        for rule in self.candidates(name, form):
             if not rule.args or rule.matches_args(arguments):
                 return rule
         return None
 
     def for_prefix(self, prefix: str) -> list[Rule]:
-        """The rules that can apply to some name starting with `prefix` (a server's tools)."""
-        return [
-            r
-            for r in self.rules
-            if (r.prefix and (r.name.startswith(prefix) or prefix.startswith(r.name)))
-            or (not r.prefix and r.name.startswith(prefix))
-        ]
+        """The plain rules that can apply to some name starting with `prefix` (a server's tools)."""
+        return [r for r in self.rules if r.form == PLAIN and _covers(r, prefix)]
+
+    def for_server(self, server: str) -> list[Rule]:
+        """The rules that can apply to a server's calls, in line order: the plain ones for its
+        tools, the prompt rules that can name one of its prompts, and the resource rules that
+        name it or `*`."""
+        prefix = names.server_prefix(server)
+        out = []
+        for r in self.rules:
+            if r.form == PLAIN:
+                hit = _covers(r, prefix)
+            elif r.form == PROMPT:
+                hit = _covers(r, prompt_subject(prefix))
+            else:
+                hit = r.name == resource_subject(server) or (r.prefix and r.name == f"{RESOURCE}:")
+            if hit:
+                out.append(r)
+        return out
+
+
+def _covers(rule: Rule, prefix: str) -> bool:
+    """Whether the rule can apply to some name starting with `prefix`."""
+    if rule.prefix:
+        return rule.name.startswith(prefix) or prefix.startswith(rule.name)
+    return rule.name.startswith(prefix)

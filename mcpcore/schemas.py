@@ -37,7 +37,7 @@ from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticCustomError, PydanticUseDefault, core_schema
 
 from . import allowlist, gate, names, toolviews
-from .choices import AuditAction, CallStatus
+from .choices import HISTORY_KINDS, AuditAction, CallStatus
 
 # The pydantic error types of this contract's messages: one a validator raises (`refuse`),
 # and a field's own `Message`.
@@ -787,6 +787,11 @@ class ExportQuery(Contract):
         str | None, _query_value("tool", str), Field(description="a registered tool name (likewise)")
     ] = None
     status: Annotated[str | None, _query_value("status", _one_of(*CallStatus.values))] = None
+    kind: Annotated[
+        str | None,
+        _query_value("kind", _one_of(*HISTORY_KINDS)),
+        Field(description="`tool`, `prompt`, `resource` or `permission_prompt` (SPEC 20.3)"),
+    ] = None
     format: Annotated[
         str | None,
         _query_value("format", _one_of("jsonl", "csv")),

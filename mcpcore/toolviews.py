@@ -72,15 +72,24 @@ def clean_patterns(patterns: Iterable[str]) -> list[str]:
 class Selection:
     """One view's patterns, compiled: `selection(name)` says whether the tool is in the view."""
 
-    __slots__ = ("include", "_include", "_exclude")
+    __slots__ = ("include", "exclude", "_include", "_exclude")
 
     def __init__(self, include: Iterable[str], exclude: Iterable[str]) -> None:
         self.include = tuple(include)  # what a query may narrow by before the exact check
+        self.exclude = tuple(exclude)
         self._include = allowlist.Matcher(self.include)
-        self._exclude = allowlist.Matcher(exclude)
+        self._exclude = allowlist.Matcher(self.exclude)
 
     def __call__(self, registered: str) -> bool:
         return self._include(registered) and not self._exclude(registered)
+
+    def holds_server(self, server: str) -> bool:
+        """Whether the view holds the server whole (SPEC 20.2: then its prompts and resources
+        too): an include covers every name of the server (`mcp__<server>__*`, or a shorter
+        prefix of it) and no exclude could match any of them."""
+        prefix = names.server_prefix(server)
+        whole = any(p.endswith("*") and prefix.startswith(p[:-1]) for p in self.include)
+        return whole and not any(_touches(p, prefix) for p in self.exclude)
 
 
 class Scope:
@@ -96,6 +105,17 @@ class Scope:
 
     def __call__(self, registered: str) -> bool:
         return any(s(registered) for s in self._selections)
+
+    def holds_server(self, server: str) -> bool:
+        return any(s.holds_server(server) for s in self._selections)
+
+
+def _touches(pattern: str, prefix: str) -> bool:
+    """Whether `pattern` may match some name that starts with `prefix`."""
+    if pattern.endswith("*"):
+        text = pattern[:-1]
+        return text.startswith(prefix) or prefix.startswith(text)
+    return pattern.startswith(prefix)
 
 
 def split_patterns(patterns: Iterable[str]) -> tuple[list[str], list[str]]:

@@ -9,14 +9,25 @@
 //    "timeout": 15000, "progress": true}                      -> {"id": 2, "progress": {...}} ...
 //                                                                {"id": 2, "result": {...}} or {"id": 2, "error": "..."}
 //   {"id": 3, "op": "close"}                                  -> {"id": 3, "closed": true}, then exits
-// Unprompted: {"event": "connected", ...} and {"event": "list_changed", "at": <ms since epoch>}.
+// Prompts and resources (SPEC 20), each answered {"id": n, "result": {...}} or {"id": n, "error": "...", "code": n}:
+//   {"op": "prompts"}, {"op": "get_prompt", "name": "...", "arguments": {}}, {"op": "resources"},
+//   {"op": "templates"}, {"op": "read", "uri": "..."}, {"op": "subscribe", "uri": "..."},
+//   {"op": "complete", "ref": {...}, "argument": {"name": "...", "value": "..."}}
+// Unprompted: {"event": "connected", ...} and {"event": "list_changed", "at": <ms since epoch>}
+// (tools), {"event": "prompts_changed" | "resources_changed", "at": ...},
+// {"event": "resource_updated", "uri": "...", "at": ...}.
 
 import readline from "node:readline";
 
 const sdk = new URL("./servers/node_modules/@modelcontextprotocol/sdk/dist/esm/", import.meta.url);
 const { Client } = await import(new URL("client/index.js", sdk));
 const { StreamableHTTPClientTransport } = await import(new URL("client/streamableHttp.js", sdk));
-const { ToolListChangedNotificationSchema } = await import(new URL("types.js", sdk));
+const {
+  ToolListChangedNotificationSchema,
+  PromptListChangedNotificationSchema,
+  ResourceListChangedNotificationSchema,
+  ResourceUpdatedNotificationSchema,
+} = await import(new URL("types.js", sdk));
 
 const [url, token] = process.argv.slice(2);
 const out = (event) => process.stdout.write(JSON.stringify(event) + "\n");
@@ -24,6 +35,15 @@ const out = (event) => process.stdout.write(JSON.stringify(event) + "\n");
 const client = new Client({ name: "agenvoy-ts-test", version: "1.0.0" });
 client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
   out({ event: "list_changed", at: Date.now() });
+});
+client.setNotificationHandler(PromptListChangedNotificationSchema, () => {
+  out({ event: "prompts_changed", at: Date.now() });
+});
+client.setNotificationHandler(ResourceListChangedNotificationSchema, () => {
+  out({ event: "resources_changed", at: Date.now() });
+});
+client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
+  out({ event: "resource_updated", uri: n.params.uri, at: Date.now() });
 });
 const transport = new StreamableHTTPClientTransport(new URL(url), {
   requestInit: { headers: { Authorization: `Bearer ${token}` } },
@@ -35,6 +55,7 @@ out({
   protocol: transport.protocolVersion ?? null,
   server: client.getServerVersion(),
   instructions: client.getInstructions() ?? null,
+  capabilities: client.getServerCapabilities() ?? null,
 });
 
 function call(cmd) {
@@ -51,6 +72,24 @@ function call(cmd) {
   );
 }
 
+// The SDK's own typed method for each prompt and resource operation.
+const requests = {
+  prompts: () => client.listPrompts(),
+  get_prompt: (cmd) => client.getPrompt({ name: cmd.name, arguments: cmd.arguments ?? {} }),
+  resources: () => client.listResources(),
+  templates: () => client.listResourceTemplates(),
+  read: (cmd) => client.readResource({ uri: cmd.uri }),
+  subscribe: (cmd) => client.subscribeResource({ uri: cmd.uri }),
+  complete: (cmd) => client.complete({ ref: cmd.ref, argument: cmd.argument }),
+};
+
+function request(cmd) {
+  requests[cmd.op](cmd).then(
+    (result) => out({ id: cmd.id, result, at: Date.now() }),
+    (error) => out({ id: cmd.id, error: String(error?.message ?? error), code: error?.code ?? null, at: Date.now() }),
+  );
+}
+
 const lines = readline.createInterface({ input: process.stdin });
 for await (const line of lines) {
   if (!line.trim()) continue;
@@ -60,6 +99,8 @@ for await (const line of lines) {
       out({ id: cmd.id, tools: (await client.listTools()).tools });
     } else if (cmd.op === "call") {
       call(cmd);
+    } else if (cmd.op in requests) {
+      request(cmd);
     } else if (cmd.op === "close") {
       await client.close();
       out({ id: cmd.id, closed: true });

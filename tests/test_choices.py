@@ -29,7 +29,13 @@ def test_it_keeps_the_words_of_the_contract():
         "cancelled",
         "interrupted",
     ]
-    assert choices.CallKind.values == ["tool_confirm", "permission_prompt"]
+    assert choices.CallKind.values == ["tool_confirm", "permission_prompt", "prompt", "resource"]
+    assert [choices.history_kind(k) for k in choices.CallKind.values] == [
+        "tool",
+        "permission_prompt",
+        "prompt",
+        "resource",
+    ]
     assert choices.Mode.values == ["confirm", "auto"]
     assert choices.RuleDecision.values == ["deny", "ask", "allow"]
     assert choices.Via.values == ["rest", "mcp", "hook"]

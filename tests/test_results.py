@@ -1,4 +1,5 @@
-"""CallToolResult conversion and the output cap (SPEC section 4)."""
+"""CallToolResult conversion and the output cap (SPEC section 4); prompt and resource results
+as the history shows them (SPEC 20.3)."""
 
 import base64
 import json
@@ -7,7 +8,15 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcpcore.results import RESULT_CAP, Converted, cap_text, convert, converted_full
+from mcpcore.results import (
+    RESULT_CAP,
+    Converted,
+    cap_text,
+    convert,
+    converted_full,
+    prompt_text,
+    resource_text,
+)
 
 PNG = base64.b64encode(b"\x89PNG fake").decode()
 WAV = base64.b64encode(b"RIFF fake").decode()
@@ -290,3 +299,61 @@ def test_it_cuts_plain_text_to_a_prefix_on_a_character_boundary(value, cap):
         assert len(kept.encode()) <= cap
     else:
         assert capped == value
+
+
+# --- prompts and resources (SPEC 20.3) ---------------------------------------------------------
+
+
+def test_it_writes_each_prompt_message_as_role_and_text():
+    result = {
+        "description": "d",
+        "messages": [
+            {"role": "user", "content": text("Hello Ann.")},
+            {"role": "assistant", "content": text("Hi.\nHow are you?")},
+        ],
+    }
+    assert prompt_text(result) == "user: Hello Ann.\nassistant: Hi.\nHow are you?"
+
+
+def test_it_writes_a_placeholder_line_for_prompt_content_that_is_not_text():
+    result = {
+        "messages": [
+            {"role": "user", "content": image()},
+            {"role": "user", "content": audio()},
+            {"role": "user", "content": {"type": "resource_link", "uri": "file:///a", "name": "a"}},
+            {"role": "user", "content": {"type": "resource", "resource": {"uri": "x://t", "text": "inline"}}},
+            {"role": "user", "content": {"type": "resource", "resource": {"uri": "x://b", "blob": PNG}}},
+        ]
+    }
+    assert prompt_text(result).split("\n") == [
+        "user: [image image/png]",
+        "user: [audio audio/wav]",
+        "user: [resource_link file:///a]",
+        "user: inline",
+        "user: [resource x://b]",
+    ]
+
+
+def test_it_gives_an_empty_text_for_a_prompt_without_messages():
+    assert prompt_text({"messages": []}) == "" and prompt_text({}) == ""
+
+
+def test_it_joins_text_contents_and_sizes_blobs():
+    blob = base64.b64encode(bytes(range(10))).decode()
+    result = {
+        "contents": [
+            {"uri": "x://a", "mimeType": "text/plain", "text": "first"},
+            {"uri": "x://b", "mimeType": "image/png", "blob": blob},
+            {"uri": "x://c", "text": ""},
+            {"uri": "x://d", "blob": "AAAA"},
+        ]
+    }
+    assert (
+        resource_text(result)
+        == "first\n[blob image/png, 10 bytes]\n\n[blob application/octet-stream, 3 bytes]"
+    )
+
+
+def test_it_replaces_lone_surrogates_in_prompt_and_resource_text():
+    assert prompt_text({"messages": [{"role": "user", "content": text("a\ud800b")}]}) == "user: a?b"
+    assert resource_text({"contents": [{"uri": "x://a", "text": "a\ud800b"}]}) == "a?b"

@@ -280,3 +280,149 @@ def test_it_serves_and_replaces_rules_over_the_api(api, agenvoy_home):
         assert r.status_code == 400 and "error" in r.json()
     (agenvoy_home / "rules").write_text("deny\n")
     assert api.get("/v1/rules").json()["error"].startswith("invalid rule on line 1")
+
+
+# --- prompts and resources (SPEC 20.3) ------------------------------------------------------------
+
+
+def test_it_parses_the_prompt_and_resource_forms():
+    found = parse(
+        "ask prompt:mcp__github__*\n"
+        "deny prompt:mcp__fs__summarise(style:long*)\n"
+        "deny resource:fs(uri:file:///home/*/.ssh/*)\n"
+        "allow resource:*(uri:https://*)\n"
+    )
+    assert [(r.form, r.name, r.prefix) for r in found] == [
+        ("prompt", "prompt:mcp__github__", True),
+        ("prompt", "prompt:mcp__fs__summarise", False),
+        ("resource", "resource:fs", False),
+        ("resource", "resource:", True),
+    ]
+    assert found[2].to_dict() == {
+        "line": 3,
+        "decision": "deny",
+        "pattern": "resource:fs(uri:file:///home/*/.ssh/*)",
+    }
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ("ask prompt:summarise", "a prompt rule names a registered prompt"),
+        ("ask prompt:mcp__fs__", "a prompt rule names a registered prompt"),
+        ("ask prompt:github*", "a prompt rule names a registered prompt"),
+        ("deny resource:fs", "a resource rule takes exactly one argument, uri"),
+        ("deny resource:fs(path:/x)", "a resource rule takes exactly one argument, uri"),
+        ("deny resource:fs(uri:a, uri:b)", "a resource rule takes exactly one argument, uri"),
+        ("deny resource:f*(uri:x)", 'a resource rule names one server or "*", not a prefix'),
+        ("deny resource:a__b(uri:x)", "must not contain '__'"),
+        ("deny resource:(uri:x)", 'a resource rule names a server or "*"'),
+    ],
+)
+def test_it_names_the_line_and_why_for_a_bad_prompt_or_resource_rule(line, why):
+    with pytest.raises(RuleError) as exc:
+        parse(f"allow mcp__a__ok\n{line}\n")
+    assert str(exc.value).startswith("invalid rule on line 2: ")
+    assert why in str(exc.value)
+
+
+def test_it_keeps_plain_rules_off_prompts_and_resources_and_the_forms_off_tools():
+    text = "deny *\ndeny mcp__*\nask prompt:mcp__gh__*\nallow resource:*(uri:*)\n"
+    ruleset = RuleSet(parse(text))
+    # a `deny *` denies every tool and permission prompt, never a prompt get or a resource read
+    assert ruleset.check("mcp__gh__x", {}).line == 1
+    assert ruleset.check("Bash", {}).line == 1
+    assert ruleset.check(rules.prompt_subject("mcp__gh__review"), {}).line == 3
+    assert ruleset.check(rules.prompt_subject("mcp__fs__review"), {}) is None
+    assert ruleset.check(rules.resource_subject("fs"), {"uri": "file:///x"}).line == 4
+    # only plain rules for a name its caller says is plain, whatever it looks like
+    assert ruleset.check("prompt:mcp__gh__review", {}, form=rules.PLAIN).line == 1
+    assert RuleSet(parse("deny *\n")).check(rules.resource_subject("fs"), {"uri": "x"}) is None
+
+
+def test_it_matches_resource_rules_on_the_server_and_the_whole_uri():
+    text = "deny resource:fs(uri:file:///home/*/.ssh/*)\nask resource:*(uri:file://*)\nallow resource:web(uri:*)\n"
+    ruleset = RuleSet(parse(text))
+
+    def line(server, uri):
+        rule = ruleset.check(rules.resource_subject(server), {"uri": uri})
+        return rule.line if rule else None
+
+    assert line("fs", "file:///home/ann/.ssh/id_rsa") == 1
+    assert line("other", "file:///home/ann/.ssh/id_rsa") == 2
+    assert line("fs", "file:///etc/hosts") == 2
+    assert line("web", "https://example.com/") == 3
+    assert line("fsx", "https://example.com/") is None
+    assert ruleset.check(rules.resource_subject("fs"), {}) is None  # no uri never matches
+
+
+def test_it_matches_prompt_rules_on_the_registered_name_and_arguments():
+    text = "deny prompt:mcp__fs__summarise(style:long*)\nask prompt:*\n"
+    ruleset = RuleSet(parse(text))
+    subject = rules.prompt_subject("mcp__fs__summarise")
+    assert ruleset.check(subject, {"style": "longest"}).line == 1
+    assert ruleset.check(subject, {"style": "short"}).line == 2
+    assert ruleset.check(rules.prompt_subject("mcp__x__y"), {}).line == 2
+    assert ruleset.check("mcp__fs__summarise", {"style": "longest"}) is None  # a tool of that name
+
+
+def test_it_lists_every_rule_that_can_apply_to_a_server_with_its_prompts_and_resources():
+    text = (
+        "deny mcp__fs__w(path:*)\n"  # 1 its tool
+        "ask prompt:mcp__fs__*\n"  # 2 its prompts
+        "ask prompt:mcp__*\n"  # 3 every prompt
+        "deny prompt:mcp__fsx__a\n"  # 4 another server's prompt
+        "deny resource:fs(uri:*)\n"  # 5 its resources
+        "deny resource:*(uri:x*)\n"  # 6 every server's
+        "deny resource:fsx(uri:*)\n"  # 7 another server's
+        "allow mcp__fsx__a\n"  # 8 another server's tool
+        "ask *\n"  # 9 every tool
+    )
+    ruleset = RuleSet(parse(text))
+    assert [r.line for r in ruleset.for_server("fs")] == [1, 2, 3, 5, 6, 9]
+    assert [r.line for r in ruleset.for_prefix("mcp__fs__")] == [1, 9]
+
+
+form_names = st.sampled_from(
+    ["mcp__a__x", "prompt:mcp__a__x", "prompt:mcp__b__x", "resource:a", "resource:b", "Bash"]
+)
+form_rules = st.sampled_from(
+    [
+        "*",
+        "mcp__a__*",
+        "prompt:*",
+        "prompt:mcp__a__*",
+        "prompt:mcp__a__x",
+        "resource:*(uri:*)",
+        "resource:a(uri:*)",
+        "resource:a(uri:f*)",
+    ]
+)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["allow", "ask", "deny"]), form_rules), max_size=6), form_names)
+@settings(max_examples=300)
+def test_it_decides_a_call_only_by_rules_of_its_own_form(specs, name):
+    lines = [f"{d} {p}" for d, p in specs]
+    found = RuleSet(parse("\n".join(lines))).check(name, {"uri": "file:///x"})
+    if found is not None:
+        assert rules.form_of(found.pattern) == rules.form_of(name)
+        assert name.startswith(found.name)
+
+
+@pytest.mark.django_db
+def test_it_takes_and_serves_prompt_and_resource_rules_over_the_api(api, agenvoy_home):
+    from mcpcore import calls
+
+    lines = ["ask prompt:mcp__github__*", "deny resource:fs(uri:file:///home/*/.ssh/*)"]
+    assert api.post("/v1/rules", {"rules": lines}).status_code == 200
+    assert [r["pattern"] for r in api.get("/v1/rules").json()["rules"]] == [
+        "prompt:mcp__github__*",
+        "resource:fs(uri:file:///home/*/.ssh/*)",
+    ]
+    assert calls.rule_for("resource:fs", {"uri": "file:///home/a/.ssh/k"}) == ("deny", lines[1])
+    bad = api.post("/v1/rules", {"rules": ["deny resource:fs"]})
+    assert bad.status_code == 400
+    assert bad.json()["error"].startswith(
+        "invalid rule on line 1: a resource rule takes exactly one argument"
+    )

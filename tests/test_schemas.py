@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mcpcore import calls, schemas
 from mcpcore.api import auth, openapi
-from mcpcore.mcpserver import handlers
+from mcpcore.mcpserver import catalog
 
 BAD = schemas.InputError
 
@@ -204,7 +204,7 @@ def test_it_checks_the_rules_page_s_lines_like_post_v1_rules(client, api, agenvo
 
 
 def test_it_publishes_approval_prompt_s_input_schema_from_its_model():
-    schema = handlers.PERMISSION_SCHEMA
+    schema = catalog.PERMISSION_SCHEMA
     assert schema["required"] == ["tool_name", "input"]
     assert {k: v["type"] for k, v in schema["properties"].items()} == {
         "tool_name": "string",

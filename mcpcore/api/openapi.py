@@ -91,7 +91,29 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "Connection status of every server, and the history's storage figures",
         answer=_obj(
             {
-                "servers": {"type": "array", "items": {"type": "object"}},
+                "servers": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "Name": _STR,
+                            "Transport": _STR,
+                            "Connected": {"type": "boolean"},
+                            "Error": _STR,
+                            "state": _STR,
+                            "tools": {"type": "integer"},
+                            "prompts": {"type": "integer", "description": "prompts it lists (SPEC 20.1)"},
+                            "resources": {
+                                "type": "integer",
+                                "description": "resources and resource templates it lists",
+                            },
+                            "protocol": _STR,
+                            "last_refresh": {"type": ["string", "null"], "format": "date-time"},
+                            "worker": _STR,
+                            "oauth": {"type": "object", "description": "only on servers that use OAuth"},
+                        },
+                        ("Name", "Transport", "Connected", "Error", "state", "tools", "prompts", "resources"),
+                    ),
+                },
                 "storage": _obj(
                     {
                         "calls": {"type": "integer"},

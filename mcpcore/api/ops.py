@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
 from .. import db, metrics
 from ..bearer import authenticate
-from ..choices import CALL_ENDED, TokenRole
+from ..choices import CALL_ENDED, CallKind, TokenRole, history_kind, stored_kind
 from ..models import AuditEntry, ToolCall, iso
 from ..schemas import AuditQuery, Contract, ExportQuery, InputError
 from .auth import ApiError, api_view, error
@@ -63,7 +63,12 @@ def export_filters(params) -> tuple[Q, str, bool]:
     a bad value raises 400 `invalid <parameter>: <value>`."""
     query = _query(ExportQuery, params)
     where = _window("created_at", query.since, query.until)
-    where &= _equal(server_name=query.server, tool_name=query.tool, status=query.status)
+    where &= _equal(
+        server_name=query.server,
+        tool_name=query.tool,
+        status=query.status,
+        kind=stored_kind(query.kind) if query.kind else None,
+    )
     return where, query.format or "jsonl", query.results == "1"
 
 
@@ -71,7 +76,7 @@ def export_filters(params) -> tuple[Q, str, bool]:
 _COLUMNS = (
     "id", "session_id", "status", "is_error", "confirm_id", "tool_name", "arguments", "mode",
     "decision", "decided_by", "reason", "created_at", "decided_at", "started_at", "ended_at",
-    "expires_at", "truncated", "rule", "via", "server_name", "token__name",
+    "expires_at", "truncated", "rule", "via", "server_name", "token__name", "kind",
 )  # fmt: skip
 _ENDED = CALL_ENDED
 
@@ -126,8 +131,13 @@ def line_body(c, results: bool) -> dict:
             "truncated": c.truncated,
             "rule": c.rule,
             "via": c.via,
+            "kind": history_kind(c.kind),
         }
     )
+    if c.kind == CallKind.RESOURCE:
+        # As `ToolCall.uri`: the whole URI (tool_name holds it cut to 700 characters).
+        uri = c.arguments.get("uri") if isinstance(c.arguments, dict) else None
+        body["uri"] = uri if isinstance(uri, str) else c.tool_name
     return body
 
 

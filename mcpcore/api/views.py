@@ -103,11 +103,46 @@ def mcp_status(request: ApiRequest) -> JsonResponse:
     accounts = {a.server_name: a for a in OAuthAccount.objects.all()}
     storage = retention.storage()
     storage["oldest"] = iso(storage["oldest"])
-    servers = [s.to_status(s.n, oauth.status_item(s, accounts.get(s.name))) for s in rows]
+    prompts, resources = _listing_counts()
+    servers = [
+        s.to_status(
+            s.n, oauth.status_item(s, accounts.get(s.name)), prompts.get(s.pk, 0), resources.get(s.pk, 0)
+        )
+        for s in rows
+    ]
     seen = _visible_servers(request)
     if seen is not None:  # a token limited to views: its servers, its tools' count
-        servers = [{**s, "tools": seen[s["Name"]]} for s in servers if s["Name"] in seen]
+        scope = cache.scope(request.api_token)
+        servers = [
+            {**s, "tools": seen[s["Name"]], **_held_listings(s, scope)} for s in servers if s["Name"] in seen
+        ]
     return JsonResponse({"servers": servers, "storage": storage})
+
+
+def _listing_counts() -> tuple[dict[int, int], dict[int, int]]:
+    """Prompts, and resources with templates, by server id (SPEC 20.1): counted apart, as one
+    query joining all three would multiply them."""
+    from django.db.models import Count
+
+    from ..models import Prompt, Resource, ResourceTemplate
+
+    def by_server(model) -> dict[int, int]:
+        return dict(
+            model.objects.values_list("server_id").annotate(n=Count("id")).values_list("server_id", "n")
+        )
+
+    resources = by_server(Resource)
+    for server_id, n in by_server(ResourceTemplate).items():
+        resources[server_id] = resources.get(server_id, 0) + n
+    return by_server(Prompt), resources
+
+
+def _held_listings(item: dict, scope) -> dict:
+    """A view-limited token counts a server's prompts and resources only when one of its
+    views holds the server whole (SPEC 20.2); else it sees none of them."""
+    if scope is not None and scope.holds_server(item["Name"]):
+        return {}
+    return {"prompts": 0, "resources": 0}
 
 
 def _visible_servers(request: ApiRequest) -> dict[str, int] | None:

@@ -1,4 +1,5 @@
-"""Tokens, tools, pins, server names and views as every call reads them, kept in memory until any of them changes.
+"""Tokens, tools, pins, server names, views (and the listings built from them, with prompts
+and resources) as every call reads them, kept in memory until any of them changes.
 
 Every change to those tables, made by any process through any door (pages, `/v1`, the
 supervisor, a management command, the admin, plain SQL), raises the one `CacheGeneration`
@@ -135,6 +136,19 @@ def scope(token):
     return _through("scope", str(token.pk), load)
 
 
+def listing(key: str, load):
+    """What `load()` builds for `key` (an MCP endpoint's listings for one audience), kept
+    until any watched table changes: lists served from memory, not from rows per request."""
+    return _through("listing", key, load)
+
+
+def server(name: str):
+    """The Server of this name, or None (what a prompt get or resource read checks)."""
+    from ..models import Server
+
+    return _through("server-row", name, lambda: Server.objects.filter(name=name).first())
+
+
 def server_exists(name: str) -> bool:
     """Whether a server of this name is configured (`/mcp/<server>` asks on every request)."""
     from ..models import Server
@@ -152,6 +166,9 @@ WATCHED = {
     "mcpcore_server": ("name", "enabled", "state", "last_error"),
     "mcpcore_tool": None,
     "mcpcore_toolpin": None,
+    "mcpcore_prompt": None,
+    "mcpcore_resource": None,
+    "mcpcore_resourcetemplate": None,
     # Apps' access tokens (SPEC 21.4): revoking one, or its grant, holds at once everywhere.
     "mcpcore_apptoken": ("revoked_at",),
     "mcpcore_appgrant": ("revoked_at",),

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse
 
 from .. import db, names
 from ..bearer import app_token, authenticate
-from . import authserver, handlers
+from . import authserver, catalog, handlers, reads
 from .changes import Changes
 
 log = logging.getLogger("mcpcore.mcpserver")
@@ -28,22 +28,22 @@ NAME = "agenvoy-console"
 
 
 class ConsoleServer(Server):
-    """The SDK's low-level server; 2025 sessions are told tools may change."""
+    """The SDK's low-level server; 2025 sessions are told tools, prompts and resources may
+    change (SPEC 13.2, 20.2)."""
 
     def create_initialization_options(self, notification_options=None, *args, **kwargs):
-        return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True), *args, **kwargs
-        )
+        changing = NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
+        return super().create_initialization_options(notification_options or changing, *args, **kwargs)
 
 
 def endpoint_of(path: str) -> str | None:
     """`""` for /mcp, `_permission`, a server name, `v/<view>` for /mcp/v/<view>, or None for
     a path that is none of them."""
     rest = path[len("/mcp") :].strip("/")
-    if rest == "" or rest == handlers.PERMISSION:
+    if rest == "" or rest == catalog.PERMISSION:
         return rest
-    if rest.startswith(handlers.VIEW):
-        view = rest[len(handlers.VIEW) :]
+    if rest.startswith(catalog.VIEW):
+        view = rest[len(catalog.VIEW) :]
         return rest if names.is_valid_server_name(view) else None
     return rest if names.is_valid_server_name(rest) else None
 
@@ -64,13 +64,13 @@ def challenge_for(header: str | None, path: str = "/mcp") -> str:
 
 def _admit(header: str | None, endpoint: str | None, path: str = "/mcp"):
     """The request's token (an API token, or the one an app's access token for this endpoint
-    stands for), and whether it may open the endpoint its path names (`handlers.admits`). Run
+    stands for), and whether it may open the endpoint its path names (`catalog.admits`). Run
     through `db.read`: with the token, the server or view and the token's views cached it
     reads one row (the cache generation) on the loop's own connection."""
     token = authenticate(header) or app_token(header, path)
     if token is None:
         return None, False
-    return token, handlers.admits(endpoint, token)
+    return token, catalog.admits(endpoint, token)
 
 
 class McpEndpoint:
@@ -81,15 +81,24 @@ class McpEndpoint:
         self.changes = Changes()
         self.server = ConsoleServer(
             NAME,
-            on_list_tools=handlers.on_list_tools,
+            on_list_tools=handlers.on_list,  # type: ignore[arg-type]
             # A plain dict result: the SDK's runner takes one (runner._dump_result), its type not.
             on_call_tool=handlers.on_call_tool,  # type: ignore[arg-type]
+            # Lists and results as plain dicts too (SPEC 20.2): the SDK shapes them per era.
+            on_list_prompts=handlers.on_list,  # type: ignore[arg-type]
+            on_get_prompt=reads.on_get_prompt,  # type: ignore[arg-type]
+            on_list_resources=handlers.on_list,  # type: ignore[arg-type]
+            on_list_resource_templates=handlers.on_list,  # type: ignore[arg-type]
+            on_read_resource=reads.on_read_resource,  # type: ignore[arg-type]
+            on_subscribe_resource=self.changes.on_subscribe,  # type: ignore[arg-type]
+            on_unsubscribe_resource=self.changes.on_unsubscribe,  # type: ignore[arg-type]
+            on_completion=reads.on_completion,  # type: ignore[arg-type]
             on_subscriptions_listen=self.changes.on_listen,
             # The schema is ours to check, not the SDK's: without this the 2026 path would
             # run a whole tools/list before each call to validate Mcp-Param headers.
             get_tool_input_schema=lambda name: None,
         )
-        self.server.middleware.append(handlers.ConsoleMiddleware(self.changes))
+        self.server.middleware.append(handlers.ConsoleMiddleware(self.changes, self.server))
         self.manager = StreamableHTTPSessionManager(self.server, json_response=False)
         self._ready: asyncio.Future | None = None
         self._stop: asyncio.Event | None = None
@@ -149,7 +158,7 @@ class McpEndpoint:
             return
         if not known:
             # A view or server the token may not see answers as one that does not exist.
-            missing = "view not found" if (endpoint or "").startswith(handlers.VIEW) else "server not found"
+            missing = "view not found" if (endpoint or "").startswith(catalog.VIEW) else "server not found"
             await JSONResponse({"error": missing}, 404)(scope, receive, send)
             return
         scope = dict(scope)
@@ -202,16 +211,18 @@ class McpEndpoint:
         finally:
             watcher.cancel()
 
-    @staticmethod
-    def _inflight_key(scope, body: bytes):
+    HELD = ("tools/call", "prompts/get", "resources/read")  # requests that may wait for a person
+
+    @classmethod
+    def _inflight_key(cls, scope, body: bytes):
         sid = Headers(scope=scope).get("mcp-session-id")
-        if not sid or b"tools/call" not in body:
+        if not sid or not any(method.encode() in body for method in cls.HELD):
             return None
         try:
             message = json.loads(body)
         except ValueError:
             return None
-        if isinstance(message, dict) and message.get("method") == "tools/call" and "id" in message:
+        if isinstance(message, dict) and message.get("method") in cls.HELD and "id" in message:
             return handlers.Inflight.key(sid, message["id"])
         return None
 

@@ -1,7 +1,10 @@
-"""Telling connected MCP clients that their tool list changed (SPEC 13.2), in both eras:
-`notifications/tools/list_changed` on each 2025 session's standalone stream, and a
-`ToolsListChanged` event on the audience's subscription bus for 2026-07-28
-`subscriptions/listen` streams.
+"""Telling connected MCP clients that their tool, prompt or resource list changed (SPEC 13.2,
+20.2), in both eras: `notifications/<kind>/list_changed` on each 2025 session's standalone
+stream, and a `ToolsListChanged` (`PromptsListChanged`, `ResourcesListChanged`) event on the
+audience's subscription bus for 2026-07-28 `subscriptions/listen` streams; and passing the
+servers' `notifications/resources/updated` on to the clients subscribed to that URI
+(`resources/subscribe` on 2025 sessions, `resourceSubscriptions` of a listen stream on
+2026-07-28), after asking the server's holder to subscribe upstream (`control.subscribe`).
 
 An audience is an endpoint (`/mcp`, `/mcp/<server>`, `/mcp/v/<view>`) as every unlimited
 token sees it, or as one token limited to views sees it (SPEC 19): what its clients get
@@ -10,8 +13,8 @@ differs by token then.
 What changed is learnt from the channel layer: the supervisor sends `status.changed` to the
 group `control.STATUS` whenever a server is added, removed, connected, lost or re-registered,
 and `toolviewstore` sends it (with `"views": true`) when a view is saved or removed, so every web
-process (Redis in scale-out) hears it. An audience is told only when the list its clients
-would get is really different.
+process (Redis in scale-out) hears it; and `resource.updated` to `control.RESOURCES`. An
+audience is told only when the list its clients would get is really different.
 """
 
 import asyncio
@@ -21,11 +24,19 @@ import logging
 
 from channels.layers import get_channel_layer
 from mcp.server.connection import Connection
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
+from mcp.shared.exceptions import MCPError
 
 from .. import control, db
 from ..models import ApiToken
-from . import handlers
+from . import catalog, handlers, reads
 
 log = logging.getLogger("mcpcore.mcpserver")
 
@@ -34,6 +45,18 @@ REJOIN = 600.0  # channel-layer group memberships expire (a day by default): ren
 
 
 Audience = tuple[str, int | None]  # (endpoint, the token's id when it is limited to views)
+
+# What a list change is told as, per kind: the 2025 notification's sender, the 2026 event.
+KINDS: dict[str, tuple[str, type[ToolsListChanged | PromptsListChanged | ResourcesListChanged]]] = {
+    "tools": ("send_tool_list_changed", ToolsListChanged),
+    "prompts": ("send_prompt_list_changed", PromptsListChanged),
+    "resources": ("send_resource_list_changed", ResourcesListChanged),
+}
+
+
+def lists_of(made: catalog.Offer) -> dict[str, object]:
+    """What each kind's list change is judged by (templates change with resources)."""
+    return {"tools": made.tools, "prompts": made.prompts, "resources": [made.resources, made.templates]}
 
 
 def audience(endpoint: str, token: ApiToken) -> Audience:
@@ -46,8 +69,10 @@ class Changes:
     def __init__(self) -> None:
         self._legacy: dict[Audience, dict[int, Connection]] = {}
         self._listen: dict[Audience, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
-        self._signatures: dict[Audience, str] = {}
+        self._signatures: dict[tuple[Audience, str], str] = {}
         self._tokens: dict[Audience, ApiToken] = {}  # a token each audience's lists are made for
+        # 2025 sessions' resource subscriptions: URI -> {id(connection): (connection, server)}
+        self._subscribed: dict[str, dict[int, tuple[Connection, str]]] = {}
 
     # --- who listens ---------------------------------------------------------------------------
 
@@ -66,11 +91,37 @@ class Changes:
         return self._listen[key]
 
     async def on_listen(self, ctx, params):
-        """`subscriptions/listen` (2026-07-28): one stream per call, fed by its audience's bus."""
+        """`subscriptions/listen` (2026-07-28): one stream per call, fed by its audience's bus.
+        The resources it asks to follow are subscribed upstream first (those the client may
+        read; any other simply never fires)."""
         token, endpoint = handlers.caller(ctx)
         key = audience(endpoint, token)
         self._tokens.setdefault(key, token)
+        made = await handlers.offer_of(ctx)
+        for uri in params.notifications.resource_subscriptions or ():
+            server = catalog.route(made, uri).server
+            if server is not None:
+                await control.subscribe(server, uri)
         return await self._bus(key)[1](ctx, params)
+
+    async def on_subscribe(self, ctx, params) -> dict:
+        """`resources/subscribe` (2025 sessions): a URI the client may read, followed upstream."""
+        uri = str(params.uri)
+        server = reads.routed(ctx, await handlers.offer_of(ctx), uri)
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is None:
+            raise MCPError(reads.INVALID_PARAMS, "resources/subscribe needs a session")
+        await control.subscribe(server, uri)
+        followers = self._subscribed.setdefault(uri, {})
+        if id(connection) not in followers:
+            followers[id(connection)] = (connection, server)
+            connection.exit_stack.callback(followers.pop, id(connection), None)
+        return {}
+
+    async def on_unsubscribe(self, ctx, params) -> dict:
+        connection = getattr(ctx.session, "_connection", None)
+        self._subscribed.get(str(params.uri), {}).pop(id(connection), None)
+        return {}
 
     def close(self) -> None:
         for _bus, handler in self._listen.values():
@@ -88,10 +139,14 @@ class Changes:
             while True:
                 if loop.time() - joined_at >= REJOIN:
                     await layer.group_add(control.STATUS, channel)
+                    await layer.group_add(control.RESOURCES, channel)
                     joined_at = loop.time()
                 try:
                     message = await asyncio.wait_for(layer.receive(channel), REJOIN)
                 except TimeoutError:
+                    continue
+                if message.get("type") == "resource.updated":
+                    await self._updated(message)
                     continue
                 servers = {message.get("server")}
                 views = bool(message.get("views"))
@@ -102,6 +157,9 @@ class Changes:
                         more = await asyncio.wait_for(layer.receive(channel), left)
                     except TimeoutError:
                         break
+                    if more.get("type") == "resource.updated":
+                        await self._updated(more)
+                        continue
                     servers.add(more.get("server"))
                     views = views or bool(more.get("views"))
                 try:
@@ -110,14 +168,15 @@ class Changes:
                     log.exception("list_changed fan-out failed")
         finally:
             await layer.group_discard(control.STATUS, channel)
+            await layer.group_discard(control.RESOURCES, channel)
 
     def _affected(self, key: Audience, servers: set[str], views: bool) -> bool:
         """Whether a change of these servers (or of the views) may change what `key` sees:
         `/mcp` and every view or limited token's list hold any server's tools."""
         endpoint, limited = key
-        if endpoint == handlers.PERMISSION:
+        if endpoint == catalog.PERMISSION:
             return False
-        return views or limited is not None or handlers.server_of(endpoint) in (None, *servers)
+        return views or limited is not None or catalog.server_of(endpoint) in (None, *servers)
 
     async def notify(self, servers: set[str], views: bool = False) -> None:
         for key in {*self._legacy, *self._listen}:
@@ -125,19 +184,39 @@ class Changes:
                 continue
             if not self._affected(key, servers, views):
                 continue
-            listing = await db.run(handlers.tool_list, key[0], self._tokens.get(key))
-            sig = hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()
-            if self._signatures.get(key) == sig:
-                continue
-            self._signatures[key] = sig
-            await self._tell(key)
+            made = await db.read(catalog.offer, key[0], self._tokens.get(key))
+            for kind, listing in lists_of(made).items():
+                sig = hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()
+                if self._signatures.get((key, kind)) == sig:
+                    continue
+                self._signatures[(key, kind)] = sig
+                await self._tell(key, kind)
 
-    async def _tell(self, key: Audience) -> None:
+    async def _tell(self, key: Audience, kind: str) -> None:
+        sender, event = KINDS[kind]
         if key in self._listen:
-            await self._listen[key][0].publish(ToolsListChanged())
+            await self._listen[key][0].publish(event())
         for connection in list(self._legacy.get(key, {}).values()):
-            try:
-                with_timeout = asyncio.wait_for(connection.send_tool_list_changed(), 2)
-                await with_timeout
-            except Exception as exc:  # a session that is going away must not stop the others
-                log.debug("list_changed to a session failed: %s", exc)
+            await _send(getattr(connection, sender)())
+
+    async def _updated(self, message: dict) -> None:
+        """A server's resource changed: tell the 2025 sessions that subscribed to it, and the
+        listen streams of the audiences that see its server (each stream keeps only the URIs
+        it asked for)."""
+        uri, server = message.get("uri"), message.get("server")
+        if not isinstance(uri, str) or not isinstance(server, str):
+            return
+        for connection, owner in list(self._subscribed.get(uri, {}).values()):
+            if owner == server:
+                await _send(connection.send_resource_updated(uri))
+        for key, (bus, _handler) in list(self._listen.items()):
+            seen = await db.read(catalog.servers_seen, key[0], self._tokens.get(key))
+            if seen(server):
+                await bus.publish(ResourceUpdated(uri=uri))
+
+
+async def _send(notification) -> None:
+    try:
+        await asyncio.wait_for(notification, 2)
+    except Exception as exc:  # a session that is going away must not stop the others
+        log.debug("a notification to a session failed: %s", exc)

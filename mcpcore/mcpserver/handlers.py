@@ -1,42 +1,32 @@
-"""What the console answers as an MCP server (SPEC 13, 19): the tools a client sees, calls
-through the one call path of the console (gate, inbox, history), held with progress heartbeats
-while a person decides, and `approval_prompt` for agents that delegate their own prompts.
+"""What the console answers as an MCP server about tools (SPEC 13, 19, 20.5): the tool list,
+calls through the one call path of the console (gate, inbox, history), held with progress
+heartbeats while a person decides (`hold`, which prompt gets and resource reads share:
+`reads.py`), and `approval_prompt` for agents that delegate their own prompts.
 
 The endpoint of a request is `""` (`/mcp`: every connected server, names `<server>__<tool>`),
 a server name (`/mcp/<server>`: its own names), `v/<view>` (`/mcp/v/<view>`: the tools of
 one view, named as on `/mcp`) or `_permission`; the ASGI app puts it and the caller's token
 into the HTTP scope, where handlers read them back through `ctx.request`. What a client sees
-is the endpoint's tools narrowed by the token's views when it is limited to views (SPEC 19):
-`visible_for` is the one place that says so for lists, lookups and calls.
+is `catalog`'s to say.
 """
 
 import json
 import logging
 import math
-from collections.abc import Callable
 
 import anyio
-import mcp_types
 from django.conf import settings
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST, SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .. import calls, db, names, toolviewstore
-from ..choices import CallStatus, Mode, ServerState, Via
-from ..db import cache
-from ..instructions import instructions_block
-from ..models import ApiToken, Server, Tool, ToolCall
-from ..schemas import PromptArguments, json_schema
+from .. import calls, db, names
+from ..choices import CallStatus, Mode, Via
+from ..models import ApiToken, Tool, ToolCall
+from . import catalog
 
 log = logging.getLogger("mcpcore.mcpserver")
 
-ALL = ""
-PERMISSION = "_permission"
-VIEW = "v/"  # `v/<view>`: no server name holds a `/`
-PERMISSION_TOOL = "approval_prompt"
-# The input contract's model of the tool's arguments, less its docstring (written for us).
-PERMISSION_SCHEMA = {k: v for k, v in json_schema(PromptArguments).items() if k != "description"}
 SESSION_META = "io.agenvoy/session"
 ENDPOINT_KEY = "agenvoy.endpoint"
 TOKEN_KEY = "agenvoy.token"
@@ -61,162 +51,16 @@ def text_result(text: str, is_error: bool) -> dict:
     return {"content": [{"type": "text", "text": text}], "isError": is_error}
 
 
-def toolview_name(endpoint: str) -> str | None:
-    """The view of a `v/<view>` endpoint, else None."""
-    return endpoint[len(VIEW) :] if endpoint.startswith(VIEW) else None
-
-
-def server_of(endpoint: str) -> str | None:
-    """The server of a `/mcp/<server>` endpoint, else None."""
-    return None if endpoint in (ALL, PERMISSION) or endpoint.startswith(VIEW) else endpoint
-
-
-# --- what a client sees (SPEC 13.2, 19) ----------------------------------------------------------
-
-
-def within(endpoint: str) -> Callable[[str], bool] | None:
-    """The endpoint's own narrowing: its view's selection on `v/<view>` (nothing in it when the
-    view is gone), else None."""
-    view = toolview_name(endpoint)
-    if view is None:
-        return None
-    return toolviewstore.selection_of(view) or (lambda registered: False)
-
-
-def visible_for(endpoint: str, token: ApiToken | None) -> Callable[[str], bool] | None:
-    """Which registered names a client of `endpoint` with `token` sees; None: every one."""
-    scope, own = cache.scope(token), within(endpoint)
-    if scope is None or own is None:
-        return own if scope is None else scope
-    return lambda registered: own(registered) and scope(registered)
-
-
-def endpoint_tools(endpoint: str, token: ApiToken | None, connected_only: bool = True) -> list[Tool]:
-    rows = Tool.objects.select_related("server")
-    server = server_of(endpoint)
-    if server is not None:
-        rows = rows.filter(server__name=server)
-    if connected_only:
-        rows = rows.filter(server__enabled=True, server__state=ServerState.CONNECTED)
-    view = toolview_name(endpoint)
-    # A view's tools are read by its patterns, not picked out of every tool.
-    rows = toolviewstore.prefilter(
-        rows, cache.scope(token), toolviewstore.selection_of(view) if view else None
-    )
-    return toolviewstore.narrow(
-        rows.order_by("server__name", "position", "tool_name"), visible_for(endpoint, token)
-    )
-
-
-def exposed(tool: Tool, endpoint: str) -> str:
-    if server_of(endpoint) is not None:
-        return tool.tool_name
-    return names.exposed_name(tool.server.name, tool.tool_name)
-
-
-def tool_entry(tool: Tool, endpoint: str) -> dict:
-    entry = {
-        "name": exposed(tool, endpoint),
-        "description": tool.description,
-        "inputSchema": tool.input_schema,
-    }
-    if tool.title:
-        entry["title"] = tool.title
-    if tool.annotations:
-        entry["annotations"] = tool.annotations
-    if tool.output_schema:
-        entry["outputSchema"] = tool.output_schema
-    return entry
-
-
-def tool_list(endpoint: str, token: ApiToken | None) -> list[dict]:
-    """The tools a client of `endpoint` with `token` sees (also what list_changed compares)."""
-    if endpoint == PERMISSION:
-        return [
-            {
-                "name": PERMISSION_TOOL,
-                "description": "Ask a person in the Agenvoy console to approve or deny a tool call "
-                "of yours; answers {behavior: allow, updatedInput} or {behavior: deny, message}.",
-                "inputSchema": PERMISSION_SCHEMA,
-            }
-        ]
-    return [tool_entry(t, endpoint) for t in endpoint_tools(endpoint, token)]
-
-
-def find_tool(endpoint: str, name: str, token: ApiToken | None) -> Tool | None:
-    """The registered tool behind an exposed name, among those the client sees; tools of
-    servers that are down count too (a call to one gets the server's 503 message, not
-    "unknown tool"). A name the client does not see is looked up no further than one it
-    could see, so a hidden tool and a missing one take the same steps."""
-    visible = visible_for(endpoint, token)
-    rows = Tool.objects.select_related("server")
-    server = server_of(endpoint)
-    if server is not None:
-        registered = names.registered_name(server, name)
-        if not toolviewstore.holds(visible, registered):
-            return None
-        return rows.filter(server__name=server, tool_name=name).first()
-    first, sep, tool = name.partition(names.SEP)
-    if (
-        sep
-        and names.is_valid_server_name(first)
-        and toolviewstore.holds(visible, names.registered_name(first, tool))
-    ):
-        hit = rows.filter(server__name=first, tool_name=tool).first()
-        if hit is not None and exposed(hit, ALL) == name:
-            return hit
-    # A shortened name: only the shortening itself can say which tool it stands for.
-    if not names.may_be_shortened(name):
-        return None
-    seen = endpoint_tools(endpoint, token, connected_only=False)
-    return next((t for t in seen if exposed(t, ALL) == name), None)
-
-
-def admits(endpoint: str | None, token: ApiToken) -> bool:
-    """Whether `endpoint` is one this token may open: `/mcp/<server>` of a configured server
-    (for a token limited to views, one with a tool in its views), `/mcp/v/<view>` of a view
-    (of its own views, for a limited token). Anything else answers HTTP 404."""
-    if endpoint is None:
-        return False
-    if endpoint in (ALL, PERMISSION):
-        return True
-    scope = cache.scope(token)
-    view = toolview_name(endpoint)
-    if view is not None:
-        return cache.toolview(view) is not None and (scope is None or view in scope.views)
-    if not cache.server_exists(endpoint):
-        return False
-    if scope is None:
-        return True
-    tools = Tool.objects.filter(server__name=endpoint).values_list("registered_name", flat=True)
-    return any(scope(registered) for registered in tools)
-
-
-def instructions_for(endpoint: str, token: ApiToken | None) -> str:
-    """SPEC 13.1: the block of SPEC 6 for the servers the client sees; a server's own text on
-    its path; on `/mcp/v/<view>` the view's description first (SPEC 19). For a token limited to
-    views, and on a view's endpoint, only servers with a tool the client sees count."""
-    if endpoint == PERMISSION:
-        return ""
-    server = server_of(endpoint)
-    if server is not None:
-        return Server.objects.filter(name=server).values_list("instructions", flat=True).first() or ""
-    pairs = list(Server.objects.filter(enabled=True).values_list("name", "instructions"))
-    visible = visible_for(endpoint, token)
-    if visible is not None:
-        rows = Tool.objects.filter(server__enabled=True).values_list("server__name", "registered_name")
-        servers = {server for server, registered in rows if visible(registered)}
-        pairs = [(n, t) for n, t in pairs if n in servers]
-    block = instructions_block(pairs)
-    view = cache.toolview(toolview_name(endpoint) or "") if endpoint.startswith(VIEW) else None
-    description = view.description.strip() if view is not None else ""
-    return "\n\n".join(part for part in (description, block) if part)
-
-
-async def on_list_tools(ctx, params) -> mcp_types.ListToolsResult:
+async def offer_of(ctx) -> catalog.Offer:
     token, endpoint = caller(ctx)
-    # Typed, so each era's required fields (2026: resultType, ttlMs 0: never cached) are there.
-    return mcp_types.ListToolsResult.model_validate({"tools": await db.run(tool_list, endpoint, token)})
+    return await db.read(catalog.offer, endpoint, token)
+
+
+async def on_list(ctx, params) -> dict:
+    """`tools/list`, `prompts/list`, `resources/list`, `resources/templates/list`, from memory
+    (`catalog.offer`). Registered so the SDK declares each capability; on the endpoints
+    `ConsoleMiddleware` answers them first with the result already shaped for the era."""
+    return (await offer_of(ctx)).result(ctx.method)
 
 
 # --- calls (SPEC 13.3) --------------------------------------------------------------------------
@@ -241,7 +85,7 @@ async def on_call_tool(ctx, params) -> dict:
 
 async def _call_tool(ctx, params) -> dict:
     token, endpoint = caller(ctx)
-    if endpoint == PERMISSION:
+    if endpoint == catalog.PERMISSION:
         return await _permission_prompt(ctx, params, token)
     local = local_of(ctx)
     try:
@@ -251,6 +95,8 @@ async def _call_tool(ctx, params) -> dict:
     except calls.CallError as exc:
         if exc.status == 404:
             raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name}") from None
+        if exc.status == AMBIGUOUS:
+            raise MCPError(INVALID_PARAMS, exc.message) from None
         return text_result(exc.message, True)
     await calls.submit(call, local)
     call = await hold(ctx, call)
@@ -262,7 +108,7 @@ def registered_of(endpoint: str, name: str) -> str | None:
     shortened (no query: `calls.create` looks the tool up anyway); None when it may have been."""
     if name != name.strip() or not name:
         return None
-    server = server_of(endpoint)
+    server = catalog.server_of(endpoint)
     if server is not None:
         return names.registered_name(server, name)
     first, sep, tool = name.partition(names.SEP)
@@ -274,7 +120,7 @@ def registered_of(endpoint: str, name: str) -> str | None:
 def _create(token, endpoint: str, name: str, arguments: dict, session_id: str, local=None) -> ToolCall:
     """The call of the tool behind the exposed name, through the gate (one database hop). The
     endpoint's view narrows it as the token's views do (`calls.create(within=...)`)."""
-    own = within(endpoint)
+    own = catalog.within(endpoint)
 
     def create(registered: str) -> ToolCall:
         return calls.create(
@@ -289,10 +135,31 @@ def _create(token, endpoint: str, name: str, arguments: dict, session_id: str, l
             if exc.status != 404:
                 raise
             # A shortened name looks like a plain one: only the shortening can tell.
-    tool = find_tool(endpoint, name, token)
-    if tool is None or tool.registered_name == registered:
-        raise calls.CallError(f"unknown tool: {name}", 404)
-    return create(tool.registered_name)
+    tool = catalog.find_tool(endpoint, name, token)
+    if tool is not None and tool.registered_name != registered:
+        return create(tool.registered_name)
+    return create(_own_tool(endpoint, token, name))
+
+
+AMBIGUOUS = 409  # the CallError status of a bare name two servers' tools share (SPEC 20.5)
+
+
+def _own_tool(endpoint: str, token, name: str) -> str:
+    """An app calls its server's tools by their own names (SPEC 20.5): on `/mcp` and views, a
+    name that is no exposed name but the own name of exactly one tool the client sees is that
+    tool; of several, ambiguous; else unknown."""
+    found = (
+        []
+        if catalog.server_of(endpoint) is not None
+        else catalog.offer(endpoint, token).own_tools.get(name, [])
+    )
+    if len(found) == 1:
+        return found[0]
+    if found:
+        servers = sorted(split[0] for n in found if (split := names.split_registered(n)))
+        listed = ", ".join(f"{s}{names.SEP}{name}" for s in servers)
+        raise calls.CallError(f"tool {name} is ambiguous: {listed}", AMBIGUOUS)
+    raise calls.CallError(f"unknown tool: {name}", 404)
 
 
 def _declares_output(registered: str) -> bool:
@@ -403,7 +270,7 @@ async def _abandon(call: ToolCall, local: calls.LocalSupervisor | None) -> None:
 
 
 async def _permission_prompt(ctx, params, token: ApiToken) -> dict:
-    if params.name != PERMISSION_TOOL:
+    if params.name != catalog.PERMISSION_TOOL:
         raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name}")
     args = params.arguments or {}
     try:
@@ -430,8 +297,9 @@ class ConsoleMiddleware:
     """Per-endpoint instructions on `initialize` and `server/discover`; a 2025 session stays
     on the endpoint it was opened on, and is tracked for list_changed."""
 
-    def __init__(self, changes) -> None:
+    def __init__(self, changes, server) -> None:
         self.changes = changes
+        self.server = server
 
     async def __call__(self, ctx, call_next):
         if ctx.request is None or ENDPOINT_KEY not in ctx.request.scope:
@@ -440,7 +308,7 @@ class ConsoleMiddleware:
         connection = getattr(ctx.session, "_connection", None)
         if ctx.method in ("initialize", "server/discover"):
             result = dict(await call_next(ctx))
-            text = await db.run(instructions_for, endpoint, token)
+            text = await db.run(catalog.instructions_for, endpoint, token)
             if text:
                 result["instructions"] = text
             else:
@@ -451,4 +319,15 @@ class ConsoleMiddleware:
             return result
         if connection is not None and connection.state.get(ENDPOINT_KEY, endpoint) != endpoint:
             raise MCPError(INVALID_REQUEST, "this session was opened on another MCP endpoint")
+        if ctx.method in catalog.LISTS:
+            return self._listed(await offer_of(ctx), ctx.method, ctx.protocol_version)
         return await call_next(ctx)
+
+    def _listed(self, made: catalog.Offer, method: str, version: str) -> dict:
+        """A list answered without `call_next`, which the SDK trusts as its wire result: shaped
+        once per list and era (`Offer.wire`) instead of checked again on every request, with
+        the `serverInfo` stamp the SDK puts on every 2026-07-28 result."""
+        wire = made.wire(method, version)
+        if version not in MODERN_PROTOCOL_VERSIONS:
+            return wire
+        return {**wire, "_meta": {SERVER_INFO_META_KEY: self.server.server_info_stamp}}

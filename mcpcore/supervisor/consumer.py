@@ -30,3 +30,11 @@ class SupervisorConsumer(AsyncConsumer):
 
     async def oauth_callback(self, message: dict) -> None:
         self.supervisor.wake_flow(message["flow"])
+
+    async def resource_subscribe(self, message: dict) -> None:
+        self.supervisor.resubscribe(message["server"])
+
+    async def server_complete(self, message: dict) -> None:
+        self.supervisor.spawn_complete(
+            message["server"], message["ref"], message["argument"], message.get("context"), message["reply"]
+        )

@@ -29,7 +29,12 @@ from django.utils import timezone
 from .. import calls, control, db, files, notify, retention
 from ..models import Server, Worker
 from . import runner, upstream
-from .session import ServerSession
+from .session import ServerSession, upstream_error
+
+
+class NotConnected(Exception):
+    """No session of the server is ready in this worker."""
+
 
 log = logging.getLogger("mcpcore.supervisor")
 
@@ -64,6 +69,8 @@ class Supervisor:
         # Authorization-code flows this worker runs (SPEC 16.2), by flow id.
         self.flows: dict[str, upstream.Flow] = {}
         self._flow_tasks: set[asyncio.Task] = set()
+        # Completions asked of servers held here (SPEC 20.2), each answered on its reply channel.
+        self._completions: set[asyncio.Task] = set()
         # A worker (not the only supervisor) takes no lease on its first tick: workers started
         # together see each other's heartbeat first and split the servers without a hand-over.
         self._seen_peers = exclusive
@@ -97,7 +104,7 @@ class Supervisor:
         self._stop.set()
         for task in self._tasks:
             task.cancel()
-        for task in list(self.calls.values()) + list(self._flow_tasks):
+        for task in list(self.calls.values()) + list(self._flow_tasks) + list(self._completions):
             task.cancel()
         await asyncio.gather(*(s.stop() for s in list(self.sessions.values())), return_exceptions=True)
         self.sessions.clear()
@@ -195,6 +202,54 @@ class Supervisor:
             from channels.layers import get_channel_layer
 
             await get_channel_layer().send(reply, {"type": "reconnect.done", "servers": outcome})
+
+    # --- resource subscriptions and completions (SPEC 20.2) ----------------------------------
+
+    def resubscribe(self, server_name: str) -> None:
+        """A client subscribed to (or dropped) a resource of a server: its session re-reads
+        the rows and follows them upstream, in its own task."""
+        session = self.sessions.get(server_name)
+        if session is not None:
+            session.resubscribe()
+
+    def spawn_complete(
+        self, server_name: str, ref: dict, argument: dict, context: dict | None, reply: str
+    ) -> None:
+        task = asyncio.ensure_future(self._complete(server_name, ref, argument, context, reply))
+        self._completions.add(task)
+        task.add_done_callback(self._completions.discard)
+
+    async def _complete(
+        self, server_name: str, ref: dict, argument: dict, context: dict | None, reply: str
+    ) -> None:
+        """Ask the server for completions of a prompt's or template's argument and answer
+        `reply` with `complete.done`: the result's wire JSON, or the JSON-RPC error."""
+        from channels.layers import get_channel_layer
+
+        try:
+            answer = {"result": await self._completion(server_name, ref, argument, context)}
+        except Exception as exc:
+            answer = {"error": upstream_error(exc, self.sessions.get(server_name))}
+        await get_channel_layer().send(reply, {"type": "complete.done", **answer})
+
+    async def _completion(self, server_name: str, ref: dict, argument: dict, context: dict | None) -> dict:
+        import anyio
+        import mcp_types as types
+
+        session = self.sessions.get(server_name)
+        client = await session.wait_ready(settings.AGENVOY_CONNECT_TIMEOUT) if session else None
+        if client is None:
+            reason = session.error if session and session.error else "not held by this worker"
+            raise NotConnected(f"server {server_name} is not connected: {reason}")
+        reference = (
+            types.PromptReference.model_validate(ref)
+            if ref.get("type") == "ref/prompt"
+            else types.ResourceTemplateReference.model_validate(ref)
+        )
+        arguments = (context or {}).get("arguments") or None
+        with anyio.fail_after(settings.AGENVOY_LIST_TIMEOUT):
+            result = await client.complete(reference, dict(argument), context_arguments=arguments)
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     # --- OAuth flows (SPEC 16.2) -------------------------------------------------------------
 

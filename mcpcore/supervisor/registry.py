@@ -1,5 +1,6 @@
-"""Tool lists to registered tools: the signature, and the database writes (SPEC 3, 6).
-Database functions here are synchronous; the supervisor runs them through mcpcore.db."""
+"""Tool, prompt and resource lists to registered rows: the signatures, and the database
+writes (SPEC 3, 6, 20.1). Database functions here are synchronous; the supervisor runs them
+through mcpcore.db."""
 
 import hashlib
 import json
@@ -9,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import allowlist, files, names
-from ..models import Server, Tool
+from ..models import Prompt, Resource, ResourceTemplate, Server, Tool
 
 log = logging.getLogger("mcpcore.supervisor")
 
@@ -55,6 +56,9 @@ def tool_dicts(server: str, tools: list) -> tuple[list[dict], list[str]]:
                 "output_schema": output_schema if isinstance(output_schema, dict) else None,
                 "llm_safe": names.is_llm_safe(reg),
                 "digest": definition_digest(tool_name, tool.description or "", tool.input_schema),
+                # Not in the signature (SPEC 6 names what it covers): a change of `_meta` alone
+                # is noticed by `is_registered` comparing the stored values.
+                "meta": _meta_of(tool),
             }
         )
     for w in warnings:
@@ -87,9 +91,20 @@ def definition_digest(name: str, description: str, schema: object) -> str:
     return h.hexdigest()
 
 
-def is_registered(server_name: str, sig: str) -> bool:
-    """Whether the server's registered tools are the list of this signature already."""
-    return Server.objects.filter(name=server_name, signature=sig).exists()
+def _meta_of(item) -> dict:
+    meta = getattr(item, "meta", None)
+    return meta if isinstance(meta, dict) else {}
+
+
+def is_registered(server_name: str, sig: str, metas: dict[str, dict] | None = None) -> bool:
+    """Whether the server's registered tools are the list of this signature already, with
+    these `_meta` values (by tool name) when `metas` is given."""
+    if not Server.objects.filter(name=server_name, signature=sig).exists():
+        return False
+    if metas is None:
+        return True
+    stored = dict(Tool.objects.filter(server__name=server_name).values_list("tool_name", "meta"))
+    return stored == metas
 
 
 def replace_tools(server_name: str, rows: list[dict], sig: str, warnings: list[str]) -> bool:
@@ -113,6 +128,7 @@ def replace_tools(server_name: str, rows: list[dict], sig: str, warnings: list[s
                     output_schema=r["output_schema"],
                     llm_safe=r["llm_safe"],
                     digest=r.get("digest", ""),
+                    meta=r.get("meta") or {},
                     position=i,
                 )
                 for i, r in enumerate(rows)
@@ -123,3 +139,119 @@ def replace_tools(server_name: str, rows: list[dict], sig: str, warnings: list[s
         )
         files.sync_pins(files.current_allow(), prefix=server.prefix)
     return True
+
+
+# --- prompts, resources and templates (SPEC 20.1) ------------------------------------------------
+
+
+def prompt_dicts(server: str, prompts: list) -> tuple[list[dict], list[str]]:
+    """Registered prompt rows from an SDK prompt list, named as tools are (SPEC 3), and the
+    warnings for the prompts skipped."""
+    rows: list[dict] = []
+    warnings: list[str] = []
+    seen: set[str] = set()
+    for prompt in prompts:
+        wire = _wire(prompt)
+        name = (wire.get("name") or "").strip()
+        if not name:
+            warnings.append("a prompt with an empty name was skipped")
+            continue
+        if allowlist.entry_problem(name):
+            warnings.append(f"prompt {name!r} skipped: control characters or line separators in its name")
+            continue
+        reg = names.registered_name(server, name)
+        if reg in seen:
+            warnings.append(f"prompt {name!r} maps to {reg}, already registered: rejected")
+            continue
+        seen.add(reg)
+        rows.append(
+            {
+                "name": wire["name"],
+                "registered_name": reg,
+                "title": wire.get("title") or "",
+                "description": wire.get("description") or "",
+                "arguments": [a for a in wire.get("arguments") or [] if isinstance(a, dict)],
+                "meta": wire.get("_meta") or {},
+            }
+        )
+    for w in warnings:
+        log.warning("server %s: %s", server, w)
+    return rows, warnings
+
+
+def resource_dicts(resources: list, templates: list) -> tuple[list[dict], list[dict]]:
+    """Resource and template rows from SDK lists; URIs are kept exactly as given (SPEC 20.2)."""
+    rows = []
+    for resource in resources:
+        wire = _wire(resource)
+        if not wire.get("uri"):
+            continue
+        rows.append({**_described(wire), "uri": wire["uri"], "size": wire.get("size")})
+    template_rows = []
+    for template in templates:
+        wire = _wire(template)
+        if not wire.get("uriTemplate"):
+            continue
+        template_rows.append({**_described(wire), "uri_template": wire["uriTemplate"]})
+    return rows, template_rows
+
+
+def _wire(item) -> dict:
+    return item.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _described(wire: dict) -> dict:
+    return {
+        "name": wire.get("name") or "",
+        "title": wire.get("title") or "",
+        "description": wire.get("description") or "",
+        "mime_type": wire.get("mimeType") or "",
+        "annotations": wire.get("annotations") or {},
+        "meta": wire.get("_meta") or {},
+    }
+
+
+def listing_signature(*parts: list[dict]) -> str:
+    """SHA-256 over the rows as compact, key-sorted JSON: any change of a prompt, resource or
+    template (its `_meta` included) is a new signature. Unlike a tool's (SPEC 6) nothing is
+    pinned or trusted on these, so there is nothing a cosmetic change would disturb."""
+    data = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(data.encode("utf-8", "replace")).hexdigest()
+
+
+def replace_prompts(server_name: str, rows: list[dict], sig: str) -> bool:
+    """Replace a server's prompts in one transaction unless `Server.prompt_signature` is `sig`
+    already; True when they were written."""
+    with transaction.atomic():
+        server = Server.objects.select_for_update().filter(name=server_name).first()
+        if server is None or server.prompt_signature == sig:
+            return False
+        Prompt.objects.filter(server=server).delete()
+        Prompt.objects.bulk_create([Prompt(server=server, position=i, **r) for i, r in enumerate(rows)])
+        Server.objects.filter(pk=server.pk).update(prompt_signature=sig)
+    return True
+
+
+def replace_resources(server_name: str, rows: list[dict], templates: list[dict], sig: str) -> bool:
+    """Replace a server's resources and templates in one transaction unless
+    `Server.resource_signature` is `sig` already; True when they were written."""
+    with transaction.atomic():
+        server = Server.objects.select_for_update().filter(name=server_name).first()
+        if server is None or server.resource_signature == sig:
+            return False
+        Resource.objects.filter(server=server).delete()
+        ResourceTemplate.objects.filter(server=server).delete()
+        Resource.objects.bulk_create([Resource(server=server, position=i, **r) for i, r in enumerate(rows)])
+        ResourceTemplate.objects.bulk_create(
+            [ResourceTemplate(server=server, position=i, **r) for i, r in enumerate(templates)]
+        )
+        Server.objects.filter(pk=server.pk).update(resource_signature=sig)
+    return True
+
+
+def set_warnings(server_name: str, warnings: list[str]) -> bool:
+    """Write the server's warnings when they differ from the stored ones; True when written."""
+    stored = Server.objects.filter(name=server_name).values_list("warnings", flat=True).first()
+    if stored is None or stored == warnings:
+        return False
+    return Server.objects.filter(name=server_name).update(warnings=warnings) == 1

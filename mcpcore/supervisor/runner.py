@@ -1,5 +1,6 @@
-"""Running one approved tool call on its server's session: timeout with progress, cancel,
-retry once on a renewed session, convert and store the result (SPEC 4, 6)."""
+"""Running one approved call on its server's session: a tool call, a prompt get or a resource
+read (`ToolCall.kind`); timeout (with progress for tools), cancel, retry once on a renewed
+session, convert and store the result (SPEC 4, 6, 20.3)."""
 
 import asyncio
 import json
@@ -9,9 +10,9 @@ import anyio
 from django.conf import settings
 
 from .. import calls, control, db, gate, oauth, results
-from ..choices import CallStatus, Via
+from ..choices import CallKind, CallStatus, Via
 from ..models import ToolCall
-from .session import NEEDS_AUTHORIZATION, SessionHost, describe, is_session_lost
+from .session import NEEDS_AUTHORIZATION, SessionHost, describe, is_session_lost, upstream_error
 
 log = logging.getLogger("mcpcore.supervisor")
 
@@ -89,13 +90,29 @@ async def _attempts(session, call: ToolCall, timeout: float) -> tuple[str, str, 
                 await asyncio.sleep(0)
                 session.ready.clear()
                 continue
+            if call.kind in READS and _answered(exc):
+                return _refused(exc, session)
             raise
-        return _store(result, call)
+        return _store_read(result, call) if call.kind in READS else _store(result, call)
     raise RuntimeError("unreachable")
 
 
+READS = (CallKind.PROMPT, CallKind.RESOURCE)
+
+
 async def _call(client, call: ToolCall, timeout: float):
-    """call_tool with a deadline that progress notifications push back, up to the cap."""
+    """The call's request with a deadline; for a tool, progress notifications push it back,
+    up to the cap."""
+    if call.kind in READS:
+        with anyio.CancelScope() as scope:
+            scope.deadline = anyio.current_time() + timeout
+            if call.kind == CallKind.PROMPT:
+                result = await client.get_prompt(call.tool, call.arguments or {})
+            else:
+                result = await client.read_resource(call.arguments["uri"], cache_mode="bypass")
+        if scope.cancelled_caught:
+            raise CallTimeout()
+        return result
     loop_time = anyio.current_time
     cap_at = loop_time() + settings.AGENVOY_CALL_MAX_SECONDS
     with anyio.CancelScope() as scope:
@@ -139,5 +156,43 @@ def _store(result, call: ToolCall | None = None) -> tuple[str, str, dict]:
             "raw_result": raw,
             "raw_truncated": raw_cut,
             "native_result": native,
+        },
+    )
+
+
+def _answered(exc: BaseException) -> bool:
+    """A JSON-RPC error the server itself answered (unknown prompt, resource not found ...)."""
+    from mcp.shared.exceptions import MCPError
+
+    return isinstance(exc, MCPError) and exc.error.code not in (-32000, -32001)
+
+
+def _refused(exc: BaseException, session) -> tuple[str, str, dict]:
+    """A prompt get or resource read the server refused: its message is the result, and its
+    error is kept for the MCP door to pass on as the same JSON-RPC error."""
+    error = upstream_error(exc, session)
+    return CallStatus.ERROR, error["message"], {"is_error": True, "native_result": {"error": error}}
+
+
+def _store_read(result, call: ToolCall) -> tuple[str, str, dict]:
+    """A prompt's or resource's result: the text a person reads, and the wire JSON always
+    (whatever `via`) when it fits under the cap."""
+    wire = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    size = len(json.dumps(wire, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    full = results.prompt_text(wire) if call.kind == CallKind.PROMPT else results.resource_text(wire)
+    text, truncated = results.cap_text(full, settings.AGENVOY_RESULT_CAP)
+    raw, raw_cut = full, False
+    if len(raw.encode()) > settings.AGENVOY_HISTORY_MAX_BYTES:
+        raw, raw_cut = results.cap_text(raw, settings.AGENVOY_HISTORY_MAX_BYTES)
+    return (
+        CallStatus.DONE,
+        text,
+        {
+            "is_error": False,
+            "truncated": truncated,
+            "result_bytes": len(full.encode("utf-8", "replace")),
+            "raw_result": raw,
+            "raw_truncated": raw_cut,
+            "native_result": wire if size <= settings.AGENVOY_RESULT_CAP else None,
         },
     )

@@ -1,4 +1,5 @@
-"""One MCP server's session, owned by its own task: connect, register, watch, renew.
+"""One MCP server's session, owned by its own task: connect, register (tools, prompts,
+resources), watch, renew, keep resource subscriptions.
 
 The Client is entered and exited in this task only. Calls from other tasks use the published
 client while `ready` is set; a session is published only after its handshake and first listing.
@@ -16,10 +17,11 @@ from typing import IO, Protocol
 import anyio
 from django.conf import settings
 from mcp import Client
+from mcp.client import advertise
 
 from .. import control, db, notify, oauth
 from ..choices import ServerState, Transport
-from ..models import Server
+from ..models import ResourceSubscription, Server
 from . import registry, transport, upstream
 
 log = logging.getLogger("mcpcore.supervisor")
@@ -30,6 +32,22 @@ BACKOFF_START = 5.0
 BACKOFF_MAX = 300.0
 NEEDS_AUTHORIZATION = "needs authorization"
 HTTP = (Transport.STREAMABLE_HTTP, Transport.SSE)
+# The MCP Apps extension (SPEC 20.5): declared so that servers offer their `ui://` apps, which
+# the console passes on to the hosts that render them.
+APPS_EXTENSION = "io.modelcontextprotocol/ui"
+APPS_SETTINGS = {"mimeTypes": ["text/html;profile=mcp-app"]}
+# Each listing: the Client method and the result's field holding the items.
+LISTINGS = {
+    "tools/list": ("list_tools", "tools"),
+    "prompts/list": ("list_prompts", "prompts"),
+    "resources/list": ("list_resources", "resources"),
+    "resources/templates/list": ("list_resource_templates", "resource_templates"),
+}
+REFRESHING = (
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/resources/list_changed",
+)
 
 
 class SessionHost(Protocol):
@@ -105,6 +123,23 @@ def is_session_lost(exc: BaseException) -> bool:
     )
 
 
+INTERNAL_ERROR = -32603
+
+
+def upstream_error(exc: BaseException, session: "ServerSession | None" = None) -> dict:
+    """`{"code", "message"}` of what a server answered (its JSON-RPC error) or of what went
+    wrong on the way (-32603), secrets masked."""
+    from mcp.shared.exceptions import MCPError
+
+    text = session.describe(exc) if session is not None else describe(exc)
+    if isinstance(exc, MCPError):
+        message = exc.error.message
+        if session is not None:
+            message = transport.redact(message, session.secrets)
+        return {"code": exc.error.code, "message": message}
+    return {"code": INTERNAL_ERROR, "message": text}
+
+
 def _not_supported(exc: BaseException) -> bool:
     from mcp.shared.exceptions import MCPError
 
@@ -138,6 +173,11 @@ class ServerSession:
         self.config_hash = ""
         # An OAuth server's provider (SPEC 16), shared by its transport and its renewals.
         self.provider: upstream.Provider | None = None
+        # Resource subscriptions (SPEC 20.2): the URIs subscribed on the current session, and
+        # a wake-up to re-read `ResourceSubscription` rows.
+        self.subscribed: set[str] = set()
+        self._subscriptions_changed = asyncio.Event()
+        self._listen_again = asyncio.Event()
 
     def describe(self, exc: BaseException) -> str:
         """`describe(exc)` with this server's secret values masked (SPEC 12.3)."""
@@ -171,6 +211,10 @@ class ServerSession:
 
     def session_lost(self) -> None:
         self._lost.set()
+
+    def resubscribe(self) -> None:
+        """Re-read the server's `ResourceSubscription` rows and follow them upstream."""
+        self._subscriptions_changed.set()
 
     async def wait_ready(self, timeout: float) -> Client | None:
         if not self.ready.is_set():
@@ -318,7 +362,13 @@ class ServerSession:
                 await anyio.sleep(5.0)
 
     async def _connected(self, server: Server, target) -> None:
-        client = Client(target, message_handler=self._on_message, cache=None, mode="auto")
+        client = Client(
+            target,
+            message_handler=self._on_message,
+            cache=None,
+            mode="auto",
+            extensions=[advertise(APPS_EXTENSION, APPS_SETTINGS)],
+        )
         # A few connects at a time: a hundred servers starting together on two cores would
         # all run out their connect time at once, and again on every retry.
         async with self.sup.connect_slot() as release:
@@ -342,9 +392,12 @@ class ServerSession:
 
     async def _watch(self, client: Client) -> None:
         """Refresh on list_changed (debounced) and on the jittered poll, until woken or lost."""
+        self.subscribed = set()
+        self._subscriptions_changed.set()  # every (re)connect subscribes to all rows
         async with anyio.create_task_group() as tg:
             if self.protocol >= "2026":
                 tg.start_soon(self._listen, client)
+            tg.start_soon(self._subscriber, client)
             tg.start_soon(self._pinger, client)
             if self.provider is not None:
                 tg.start_soon(self._renewer)
@@ -406,12 +459,12 @@ class ServerSession:
         return ""
 
     async def _listen(self, client: Client) -> None:
-        """2026-07-28 sessions deliver list_changed only inside `listen()`."""
+        """2026-07-28 sessions deliver list changes and resource updates only inside
+        `listen()`; the stream is opened again with the new set when the subscriptions change."""
         while True:
+            self._listen_again.clear()
             try:
-                async with client.listen(tools_list_changed=True) as sub:
-                    async for _event in sub:
-                        self._refresh.set()
+                await self._listen_once(client)
             except Exception as exc:
                 if is_session_lost(exc):
                     self._lost.set()
@@ -421,53 +474,197 @@ class ServerSession:
                     log.info("server %s: no listen support (%s); polling only", self.name, self.describe(exc))
                     return
                 log.info("server %s: listen ended: %s", self.name, self.describe(exc))
+            if self._listen_again.is_set():
+                continue
             await anyio.sleep(1)
             # The stream can end when the server dies: a ping tells loss from a quiet close.
             if await self._unanswered(client, settings.AGENVOY_LIST_TIMEOUT):
                 self._lost.set()
                 return
 
+    async def _listen_once(self, client: Client) -> None:
+        from mcp.shared.subscriptions import ResourceUpdated
+
+        uris = sorted(self.subscribed)
+        async with anyio.create_task_group() as tg:
+
+            async def reopen() -> None:
+                await self._listen_again.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(reopen)
+            async with client.listen(
+                tools_list_changed=True,
+                prompts_list_changed=True,
+                resources_list_changed=True,
+                resource_subscriptions=uris,
+            ) as sub:
+                async for event in sub:
+                    if isinstance(event, ResourceUpdated):
+                        await self._updated(event.uri)
+                    else:
+                        self._refresh.set()
+            tg.cancel_scope.cancel()
+
+    async def _subscriber(self, client: Client) -> None:
+        """Follow the server's `ResourceSubscription` rows upstream: at connect, and whenever
+        told (`resubscribe`). 2025-era servers get `resources/subscribe` and
+        `resources/unsubscribe`; 2026-07-28 servers get the listen stream opened again."""
+        while True:
+            await self._subscriptions_changed.wait()
+            self._subscriptions_changed.clear()
+            wanted = set(
+                await db.run(
+                    lambda: list(
+                        ResourceSubscription.objects.filter(server_name=self.name).values_list(
+                            "uri", flat=True
+                        )
+                    )
+                )
+            )
+            if wanted == self.subscribed:
+                continue
+            if self.protocol >= "2026":
+                self.subscribed = wanted
+                self._listen_again.set()
+                continue
+            capability = client.server_capabilities.resources
+            if capability is None or not capability.subscribe:
+                continue
+            await self._follow(client, wanted)
+
+    async def _follow(self, client: Client, wanted: set[str]) -> None:
+        """Subscribe to the new URIs and unsubscribe from the dropped ones (2025 era)."""
+        import mcp_types as types
+
+        for uri in sorted(wanted ^ self.subscribed):
+            adding = uri in wanted
+            request = (
+                types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
+                if adding
+                else types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri))
+            )
+            try:
+                with anyio.fail_after(settings.AGENVOY_LIST_TIMEOUT):
+                    # The session's own request: its `subscribe_resource` wrapper warns that the
+                    # method is gone in 2026-07-28, which this branch has ruled out.
+                    await client.session.send_request(request, types.EmptyResult)
+            except Exception as exc:
+                if is_session_lost(exc):
+                    self._lost.set()
+                    return
+                log.warning("server %s: subscription to %s failed: %s", self.name, uri, self.describe(exc))
+                continue
+            if adding:
+                self.subscribed.add(uri)
+            else:
+                self.subscribed.discard(uri)
+
+    async def _updated(self, uri: str) -> None:
+        """An upstream resource changed: every web process tells its subscribed clients."""
+        await control.asend_group(
+            control.RESOURCES, {"type": "resource.updated", "server": self.name, "uri": uri}
+        )
+
     async def _on_message(self, message) -> None:
         method = getattr(message, "method", None)
         if method is None and hasattr(message, "root"):
             method = getattr(message.root, "method", None)
-        if method == "notifications/tools/list_changed":
+        if method in REFRESHING:
             self._refresh.set()
+        elif method == "notifications/resources/updated":
+            uri = _updated_uri(message)
+            if uri:
+                await self._updated(uri)
         elif isinstance(message, Exception):
             log.info("server %s: transport message: %s", self.name, self.describe(message))
             if is_session_lost(message):
                 self._lost.set()
 
-    async def _list_all(self, client: Client) -> list:
-        """Every page of tools/list, bounded; a repeated cursor or too many pages is an error."""
-        tools: list = []
+    async def _list_all(self, client: Client, method: str = "tools/list") -> list:
+        """Every page of one listing, bypassing the client's cache, bounded; a repeated cursor
+        or too many pages is an error."""
+        fetch_name, field = LISTINGS[method]
+        fetch = getattr(client, fetch_name)
+        items: list = []
         cursor = None
         seen: set[str] = set()
         with anyio.fail_after(settings.AGENVOY_LIST_TIMEOUT):
             for _ in range(PAGE_CAP):
-                page = await client.list_tools(cursor=cursor, cache_mode="bypass")
-                tools.extend(page.tools)
+                page = await fetch(cursor=cursor, cache_mode="bypass")
+                items.extend(getattr(page, field))
                 cursor = page.next_cursor
                 if not cursor:
-                    return tools
+                    return items
                 if cursor in seen:
-                    raise RuntimeError(f"tools/list repeated the cursor {cursor!r}")
+                    raise RuntimeError(f"{method} repeated the cursor {cursor!r}")
                 seen.add(cursor)
-        raise RuntimeError(f"tools/list has more than {PAGE_CAP} pages")
+        raise RuntimeError(f"{method} has more than {PAGE_CAP} pages")
 
     async def _register(self, client: Client, connecting: bool = False) -> None:
-        """List the tools and register them when their signature differs from the one recorded
-        (`Server.signature`, its only record), and always on a new session: what a row holds
-        beyond the signature (titles, annotations, output schemas, columns a newer console adds)
-        is then brought up to date once per connect, and never rewritten by a poll."""
+        """List the tools, prompts and resources, and register each kind whose signature
+        differs from the one recorded (`Server.signature`, `prompt_signature`,
+        `resource_signature`, their only records). Tools are always rewritten on a new
+        session: what a row holds beyond the signature (titles, annotations, output schemas,
+        columns a newer console adds) is then brought up to date once per connect, and never
+        rewritten by a poll unless their `_meta` changed. A failed tools/list fails the whole
+        (the session is renewed); a failed prompt or resource listing keeps what was
+        registered and becomes a warning on the server (SPEC 20.1)."""
         tools = await self._list_all(client)
         rows, warnings = registry.tool_dicts(self.name, tools)
+        prompts, resources, failures = await self._listings(client)
+        warnings = warnings + failures
         sig = registry.signature(rows)
-        if not connecting and await db.run(registry.is_registered, self.name, sig):
-            return  # SPEC 3: an unchanged signature writes nothing
-        if await db.run(registry.replace_tools, self.name, rows, sig, warnings):
-            log.info("server %s: %d tools registered", self.name, len(rows))
+        metas = {r["tool_name"]: r["meta"] for r in rows}
+        changed = []
+        if connecting or not await db.run(registry.is_registered, self.name, sig, metas):
+            if await db.run(registry.replace_tools, self.name, rows, sig, warnings):
+                changed.append(f"{len(rows)} tools")
+        if prompts is not None:
+            prompt_rows, prompt_warnings = registry.prompt_dicts(self.name, prompts)
+            warnings += prompt_warnings
+            if await db.run(
+                registry.replace_prompts, self.name, prompt_rows, registry.listing_signature(prompt_rows)
+            ):
+                changed.append(f"{len(prompt_rows)} prompts")
+        if resources is not None:
+            resource_rows, template_rows = registry.resource_dicts(*resources)
+            sig = registry.listing_signature(resource_rows, template_rows)
+            if await db.run(registry.replace_resources, self.name, resource_rows, template_rows, sig):
+                changed.append(f"{len(resource_rows)} resources, {len(template_rows)} templates")
+        await db.run(registry.set_warnings, self.name, warnings)
+        if changed:
+            log.info("server %s: registered %s", self.name, ", ".join(changed))
             await control.asend_group(control.STATUS, {"type": "status.changed", "server": self.name})
+
+    async def _listings(self, client: Client) -> tuple[list | None, tuple[list, list] | None, list[str]]:
+        """The prompts and the (resources, templates) the server declares (empty lists when it
+        declares none), None for a kind whose listing failed, and the failures as warnings."""
+        capabilities = client.server_capabilities
+        failures: list[str] = []
+
+        async def listed(method: str, declared: bool) -> list | None:
+            if not declared:
+                return []
+            try:
+                return await self._list_all(client, method)
+            except Exception as exc:
+                if is_session_lost(exc):
+                    raise
+                if method == "resources/templates/list" and _not_supported(exc):
+                    # The `resources` capability covers templates too, and many servers that
+                    # have none leave the method out: no templates, not a failure.
+                    return []
+                failures.append(f"{method} failed: {self.describe(exc)}")
+                log.warning("server %s: %s", self.name, failures[-1])
+                return None
+
+        prompts = await listed("prompts/list", capabilities.prompts is not None)
+        declared = capabilities.resources is not None
+        resources = await listed("resources/list", declared)
+        templates = await listed("resources/templates/list", declared)
+        both = (resources, templates) if resources is not None and templates is not None else None
+        return prompts, both, failures
 
     async def _publish_connected(self, client: Client) -> None:
         info = client.server_info.model_dump(mode="json", exclude_none=True) if client.server_info else {}
@@ -495,6 +692,14 @@ class ServerSession:
         for fut in waiting:
             if not fut.done():
                 fut.set_result(outcome)
+
+
+def _updated_uri(message) -> str:
+    """The URI of a `notifications/resources/updated` as `message_handler` gets it."""
+    root = getattr(message, "root", message)
+    params = getattr(root, "params", None)
+    uri = getattr(params, "uri", None)
+    return str(uri) if uri else ""
 
 
 class _suppress:

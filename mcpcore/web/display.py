@@ -21,7 +21,16 @@ from django.utils.safestring import SafeString, mark_safe
 from .. import allowlist, files, retention, serverconfig, toolviewstore
 from ..appauth import grants
 from ..choices import CallDecision, CallStatus
-from ..models import ApiToken, NotificationTarget, PermissionGrant, Server, ToolCall, View, transport_of
+from ..models import (
+    ApiToken,
+    NotificationTarget,
+    PermissionGrant,
+    Resource,
+    Server,
+    ToolCall,
+    View,
+    transport_of,
+)
 from . import live
 from .forms import (
     schema_fields,
@@ -101,6 +110,19 @@ _TOOL_SHOWN = (
     "tool_name", "registered_name", "title", "description", "input_schema", "annotations",
     "digest", "llm_safe", "position",
 )  # fmt: skip
+
+
+def server_resources(server: Server) -> list[Resource]:
+    """The server's resources, each with `also`: the other servers that list the same URI
+    (SPEC 20.2: `/mcp` then lists it for neither; the page warns)."""
+    rows = list(server.resources.all())
+    others: dict[str, list[str]] = {}
+    shared = Resource.objects.filter(uri__in=[r.uri for r in rows]).exclude(server=server)
+    for uri, name in shared.order_by("server__name").values_list("uri", "server__name"):
+        others.setdefault(uri, []).append(name)
+    for row in rows:
+        row.also = others.get(row.uri, [])
+    return rows
 
 
 def trust_context(server: Server) -> dict:

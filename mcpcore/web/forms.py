@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 
 from .. import files, schemas, serverconfig
-from ..choices import AuditAction, CallDecision, CallStatus, TokenRole, Transport
+from ..choices import HISTORY_KINDS, AuditAction, CallDecision, CallStatus, TokenRole, Transport
 from ..models import SECRET_MASK, View
 
 TRANSPORT_CHOICES = [
@@ -225,11 +225,24 @@ class ReplyForm(forms.Form):
         return body
 
 
+# The History page's names for the kinds of `choices.HISTORY_KINDS` (SPEC 20.3).
+KIND_LABELS = {
+    "tool": "Tool",
+    "prompt": "Prompt",
+    "resource": "Resource",
+    "permission_prompt": "Permission prompt",
+}
+
+
 class HistoryFilter(forms.Form):
     server = forms.CharField(required=False)
     tool = forms.CharField(required=False)
     status = forms.ChoiceField(required=False, choices=[("", "any status"), *CallStatus.choices])
     session = forms.CharField(required=False, max_length=200)
+    kind = forms.ChoiceField(
+        required=False,
+        choices=[("", "any kind"), *((k, KIND_LABELS[k]) for k in HISTORY_KINDS)],
+    )
 
 
 class AuditFilter(forms.Form):

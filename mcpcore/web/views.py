@@ -48,7 +48,7 @@ from .. import (
     toolviewstore,
 )
 from ..appauth import grants
-from ..choices import CallStatus, ServerState, TargetKind, TokenRole
+from ..choices import CallStatus, ServerState, TargetKind, TokenRole, stored_kind
 from ..models import (
     ApiToken,
     AppClient,
@@ -101,6 +101,7 @@ from .display import (
     result_context,
     result_view,
     rules_lines,
+    server_resources,
     storage,
     targets_context,
     token_rows,
@@ -257,11 +258,14 @@ def server_detail(request: HtmxRequest, name: str) -> HttpResponse:
             tool_card(t, changes.get(t.registered_name), try_form_url, t.tool_name == try_tool)
             for t in (row["tool"] for row in context["trust_tools"])
         ],
-        server_rules=rules.RuleSet(files.current_rules()[0]).for_prefix(server.prefix),
+        server_rules=rules.RuleSet(files.current_rules()[0]).for_server(server.name),
         try_url=reverse("tool-try", args=[server.name]),
         config=mask_config(server.config),
         config_json=pretty(mask_config(server.config)),
         page_sig=server.signature,
+        prompts=list(server.prompts.all()),
+        resources=server_resources(server),
+        resource_templates=list(server.resource_templates.all()),
         live_page=f"server:{server.name}",
         problems=file_problems(),
     )
@@ -663,6 +667,10 @@ def history(request: HtmxRequest) -> HttpResponse:
             rows = rows.filter(status=f["status"])
         if f["session"]:
             rows = rows.filter(session_id=f["session"].strip())
+        if f["kind"]:
+            # No index of its own: every call's INSERT would pay for it. Pages run down the
+            # (created_at) index (or a filter's own) and test the kind on each row.
+            rows = rows.filter(kind=stored_kind(f["kind"]))
         if f["tool"].strip():
             parts = tool_parts(rows, f["tool"].strip())
             if parts is None:
@@ -670,7 +678,7 @@ def history(request: HtmxRequest) -> HttpResponse:
     context = history_page(
         rows, page_cursor(request.GET.get("before")), page_cursor(request.GET.get("after")), parts
     )
-    context["filtered"] = any(request.GET.get(k) for k in ("server", "tool", "status", "session"))
+    context["filtered"] = any(request.GET.get(k) for k in ("server", "tool", "status", "session", "kind"))
     if request.htmx:
         return render(request, "mcpcore/call_list.html#call-table", context)
     context.update(form=form, server_names=list(Server.objects.values_list("name", flat=True)))

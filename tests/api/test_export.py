@@ -141,6 +141,8 @@ def test_it_exports_csv_with_the_columns_of_the_spec(approver, history):
         ("?status=finished", "invalid status: finished"),
         ("?format=xml", "invalid format: xml"),
         ("?results=yes", "invalid results: yes"),
+        ("?kind=tool_confirm", "invalid kind: tool_confirm"),
+        ("?kind=Prompt", "invalid kind: Prompt"),
     ],
 )
 def test_it_answers_400_naming_a_bad_parameter_and_its_value(approver, query, message):
@@ -164,6 +166,53 @@ class Peak(threading.Thread):
     def run(self) -> None:
         while not self.done.wait(0.02):
             self.peak = max(self.peak, self.proc.memory_info().rss)
+
+
+URI = "file:///srv/" + "u" * 750
+
+
+@pytest.fixture
+def kinds(db, history) -> dict[str, ToolCall]:
+    """Beside `history`'s six tool calls: a prompt get, a resource read (a URI longer than
+    tool_name keeps) and a permission prompt, later than them."""
+    at = T0 + datetime.timedelta(hours=1)
+    common = dict(status="done", decision="auto", session_id="s-k")
+    return {
+        "prompt": ToolCall.objects.create(
+            kind="prompt", tool_name="mcp__alpha__review", tool="review", server_name="alpha",
+            arguments={"style": "terse"}, created_at=at, **common,
+        ),
+        "resource": ToolCall.objects.create(
+            kind="resource", tool_name=URI[:700], tool="", server_name="alpha", arguments={"uri": URI},
+            created_at=at + datetime.timedelta(seconds=1), **common,
+        ),
+        "permission_prompt": ToolCall.objects.create(
+            kind="permission_prompt", tool_name="Bash", tool="Bash", server_name="",
+            arguments={"command": "ls"}, created_at=at + datetime.timedelta(seconds=2), **common,
+        ),
+    }  # fmt: skip
+
+
+def test_it_carries_and_filters_by_kind_in_json_lines(approver, kinds):
+    _, _, body = export(approver)
+    lines = [json.loads(line) for line in body.splitlines()]
+    assert [x["kind"] for x in lines] == ["tool"] * 6 + ["prompt", "resource", "permission_prompt"]
+    by_id = {x["call_id"]: x for x in lines}
+    for call in kinds.values():
+        expected = call.to_dict()
+        expected.pop("result")
+        assert by_id[str(call.id)] == expected
+    assert by_id[str(kinds["resource"].id)]["uri"] == URI
+    for kind, count in (("tool", 6), ("prompt", 1), ("resource", 1), ("permission_prompt", 1)):
+        _, _, body = export(approver, f"?kind={kind}")
+        assert [json.loads(x)["kind"] for x in body.splitlines()] == [kind] * count
+
+
+def test_it_keeps_the_csv_header_exact_and_filters_csv_by_kind(approver, kinds):
+    _, _, body = export(approver, "?format=csv&kind=resource")
+    table = list(csv.reader(io.StringIO(body)))
+    assert ",".join(table[0]) == HEADER  # no kind column: SPEC 18.2's header is exact
+    assert len(table) == 2 and table[1][3] == URI[:700] and json.loads(table[1][10]) == {"uri": URI}
 
 
 @pytest.mark.live

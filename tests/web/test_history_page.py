@@ -138,3 +138,92 @@ def test_it_shows_the_full_raw_result_of_a_call(signed_in, every):
     html = signed_in.get(f"/history/{call.id}/").content.decode()
     assert "the whole long thing" in html and "truncated at the cap" in html
     assert "cut there" in html
+
+
+# --- prompts and resources (SPEC 20.3) ------------------------------------------------------------
+
+LONG_URI = "file:///srv/docs/" + "d" * 800 + ".md"
+
+
+def make_prompt_and_resource_calls():
+    """A tool call, a prompt get, a resource read (its URI longer than tool_name keeps) and a
+    permission prompt, as the call path records them."""
+    make_call(status="done", tool="echo")
+    prompt = make_call(
+        status="done",
+        tool="review",
+        tool_name="mcp__every__review",
+        kind="prompt",
+        arguments={"style": "terse"},
+        result="user: review this",
+    )
+    resource = make_call(
+        status="done",
+        tool="",
+        tool_name=LONG_URI[:700],
+        kind="resource",
+        arguments={"uri": LONG_URI},
+        result="the readme",
+    )
+    make_call(status="done", tool="Bash", tool_name="Bash", server="", kind="permission_prompt")
+    return prompt, resource
+
+
+def test_it_shows_prompt_gets_and_resource_reads_in_the_history(signed_in, every):
+    prompt, resource = make_prompt_and_resource_calls()
+    html = signed_in.get("/history/").content.decode()
+    assert "Get prompt mcp__every__review" in html and "&quot;style&quot;: &quot;terse&quot;" in html
+    assert f"Read {LONG_URI} from every" in html
+    detail = signed_in.get(f"/history/{resource.id}/").content.decode()
+    assert f'<h1 class="break">Read {LONG_URI} from every</h1>' in detail
+    assert f"<code>{LONG_URI}</code>" in detail
+    detail = signed_in.get(f"/history/{prompt.id}/").content.decode()
+    assert '<h1 class="break">Get prompt mcp__every__review</h1>' in detail and "terse" in detail
+
+
+@pytest.mark.parametrize(
+    "kind,expected",
+    [
+        ("tool", ["mcp__every__echo"]),
+        ("prompt", ["prompt"]),
+        ("resource", ["resource"]),
+        ("permission_prompt", ["Bash"]),
+        ("", ["Bash", "resource", "prompt", "mcp__every__echo"]),
+    ],
+)
+def test_it_filters_history_by_kind(signed_in, every, kind, expected):
+    make_prompt_and_resource_calls()
+    html = signed_in.get(f"/history/?kind={kind}", headers={"HX-Request": "true"}).content.decode()
+    found = []
+    for row in re.findall(r'<tr id="call-.*?</tr>', html, re.S):
+        if "Get prompt" in row:
+            found.append("prompt")
+        elif "Read file:" in row:
+            found.append("resource")
+        else:
+            found.append(re.search(r'class="tool-name"[^>]*>([^<]+)</a>', row).group(1))
+    assert found == [n.replace("mcp__every__", "") for n in expected]
+
+
+def test_it_offers_the_kinds_and_ignores_an_unknown_one(signed_in, every):
+    make_prompt_and_resource_calls()
+    html = signed_in.get("/history/?kind=prompt").content.decode()
+    assert '<option value="prompt" selected>Prompt</option>' in html
+    for value, label in (
+        ("tool", "Tool"),
+        ("resource", "Resource"),
+        ("permission_prompt", "Permission prompt"),
+    ):
+        assert f'<option value="{value}">{label}</option>' in html
+    everything = signed_in.get("/history/?kind=tool_confirm").content.decode()
+    assert everything.count('<tr id="call-') == 4  # a bad filter filters nothing, as for status
+
+
+def test_it_carries_the_kind_and_a_resource_uri_in_the_call_api(api, every):
+    prompt, resource = make_prompt_and_resource_calls()
+    tool = ToolCall.objects.get(kind="tool_confirm")
+    assert api.get(f"/v1/mcp/calls/{tool.id}").json()["kind"] == "tool"
+    body = api.get(f"/v1/mcp/calls/{prompt.id}").json()
+    assert body["kind"] == "prompt" and "uri" not in body and body["tool"] == "mcp__every__review"
+    body = api.get(f"/v1/mcp/calls/{resource.id}").json()
+    assert body["kind"] == "resource" and body["uri"] == LONG_URI

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('mcpcore', '0016_audit'),
+        ('mcpcore', '0018_questions'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
