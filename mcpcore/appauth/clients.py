@@ -212,10 +212,6 @@ def keep_document(client_id: str, document: dict) -> AppClient:
     return row
 
 
-def forget_document(client_id: str) -> None:
-    AppClient.objects.filter(client_id=client_id, document=True, allowed_at__isnull=True).delete()
-
-
 _failures: dict[str, tuple[float, str]] = {}
 _failures_lock = threading.Lock()
 
