@@ -289,3 +289,18 @@ def test_it_marks_a_return_host_that_is_not_the_clients_own(c, web, docs):
     same = docs.document("/same-host.json", redirect_uris=[docs.base + "/cb"])
     page = web.get(authorize(web, same, docs.base + "/cb").headers["location"])
     assert "not the client" not in page.text
+
+
+def test_it_keeps_a_document_5_minutes_and_a_failure_1_minute(c, web, docs):
+    client_id = docs.document("/kept.json")
+    assert authorize(web, client_id).status_code == 302
+    fetched = docs.hits.count("/kept.json")
+    docs.routes["/kept.json"] = (500, {}, b"{}")  # changed at its host: the kept copy still serves
+    assert authorize(web, client_id).status_code == 302
+    assert docs.hits.count("/kept.json") == fetched
+    late = docs.base + "/late.json"
+    assert authorize(web, late).status_code == 400  # not there yet
+    docs.document("/late.json")
+    r = authorize(web, late)  # the failure is kept for a minute: not fetched again
+    assert r.status_code == 400 and "answered HTTP 404" in r.text
+    assert docs.hits.count("/late.json") == 1
