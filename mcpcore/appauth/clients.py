@@ -339,6 +339,12 @@ def _get(url: str, deadline: float) -> tuple[int, str | None, bytes]:
     left = deadline - time.monotonic()
     conn = _CheckedConnection(parts.hostname, parts.port or 443, timeout=max(left, 0.01), context=_context())
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    # A server that sends its headers a byte at a time never times one read out: at the
+    # deadline the socket is shut, whatever is being read.
+    late = threading.Event()
+    watchdog = threading.Timer(max(left, 0.01), _cut, (conn, late))
+    watchdog.daemon = True
+    watchdog.start()
     try:
         conn.request("GET", path, headers={"Accept": "application/json", "User-Agent": "agenvoy-console"})
         response = conn.getresponse()
@@ -362,8 +368,23 @@ def _get(url: str, deadline: float) -> tuple[int, str | None, bytes]:
             "invalid_client", "the client metadata document took longer than 5 seconds"
         ) from None
     except (OSError, http.client.HTTPException) as exc:
+        if late.is_set():
+            raise ClientError(
+                "invalid_client", "the client metadata document took longer than 5 seconds"
+            ) from None
         raise ClientError(
             "invalid_client", f"the client metadata document could not be fetched: {exc}"
         ) from None
     finally:
+        watchdog.cancel()
         conn.close()
+
+
+def _cut(conn: http.client.HTTPSConnection, late: threading.Event) -> None:
+    late.set()
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

@@ -90,12 +90,14 @@ def _ca_and_server_cert(folder: Path) -> tuple[Path, Path, Path]:
 
 class Documents:
     """An HTTPS server of client metadata documents: `routes[path] = (status, headers, body)`;
-    a path in `slow` answers only when `release` is set (or after 10 s)."""
+    a path in `slow` answers only when `release` is set (or after 10 s), one in `drip` sends its
+    headers a byte every quarter second and never ends them."""
 
     def __init__(self, folder: Path) -> None:
         self.ca, cert, key = _ca_and_server_cert(folder)
         self.routes: dict[str, tuple[int, dict, bytes]] = {}
         self.slow: set[str] = set()
+        self.drip: set[str] = set()
         self.release = threading.Event()
         self.hits: list[str] = []
         docs = self
@@ -103,6 +105,17 @@ class Documents:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 (http.server's name)
                 docs.hits.append(self.path)
+                if self.path in docs.drip:  # headers a byte at a time, never finished
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                    for _ in range(40):
+                        if docs.release.wait(0.25):
+                            return
+                        try:
+                            self.wfile.write(b"a")
+                            self.wfile.flush()
+                        except OSError:
+                            return
+                    return
                 if self.path in docs.slow:
                     docs.release.wait(10)
                 status, headers, body = docs.routes.get(self.path, (404, {}, b"{}"))
@@ -304,3 +317,12 @@ def test_it_keeps_a_document_5_minutes_and_a_failure_1_minute(c, web, docs):
     r = authorize(web, late)  # the failure is kept for a minute: not fetched again
     assert r.status_code == 400 and "answered HTTP 404" in r.text
     assert docs.hits.count("/late.json") == 1
+
+
+def test_it_gives_up_on_headers_that_never_end_within_5_seconds(c, web, docs):
+    docs.drip.add("/drip.json")
+    started = time.monotonic()
+    r = authorize(web, docs.base + "/drip.json")
+    assert time.monotonic() - started < 9
+    assert r.status_code == 400
+    assert "longer than 5 seconds" in r.text
