@@ -145,7 +145,8 @@ def ntfy_request(event: dict) -> tuple[str, dict[str, str]]:
         headers["Actions"] = ntfy_actions(data["approve_url"], data["deny_url"])
     if kind == CallKind.PERMISSION_PROMPT:
         return f"{tool} is waiting for approval", headers
-    return f"{tool} on {server} is waiting for approval", headers
+    by = f" (requested by {data['requested_by']})" if data.get("requested_by") else ""
+    return f"{tool} on {server} is waiting for approval{by}", headers
 
 
 URI_TEXT = 1000  # characters of a URI in an ntfy text (ntfy keeps 4,096 bytes of a message)
@@ -269,13 +270,15 @@ def _events_for(
     one-tap links are its own)."""
     url = confirmation_url(base, str(call.confirm_id))
     out = []
+    # Who asked (a token's name; an app's is `<client name> (app of <person>)`, SPEC 21.4).
+    pending = {**call.to_pending(), "requested_by": call.requested_by}
     if call.notified == TOLD_NOTHING:
         links = action_links(base, call.confirm_id, target.pk)
-        data = event_data(call.to_pending(), call.server_name, url, actions=links)
+        data = event_data(pending, call.server_name, url, actions=links)
         out.append((PENDING, payload(PENDING, now, data)))
     if call.status != CallStatus.PENDING:
         ended = {"status": call.status, "decision": call.decision, "decided_by": call.decided_by}
-        data = event_data(call.to_pending(), call.server_name, url, ended)
+        data = event_data(pending, call.server_name, url, ended)
         out.append((RESOLVED, payload(RESOLVED, now, data)))
     return out
 

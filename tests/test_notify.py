@@ -102,6 +102,9 @@ def test_it_words_an_ntfy_push_and_encodes_a_title_that_is_not_ascii():
     text, headers = notify.ntfy_request({"type": notify.PENDING, "data": data})
     assert text == "echo on every is waiting for approval"
     assert headers == {"Title": "Approval needed: echo", "Click": "https://c/pending/1/", "Tags": "lock"}
+    data["requested_by"] = "Pocket agent (app of alice)"  # an app's call names the app (SPEC 21.4)
+    text, _ = notify.ntfy_request({"type": notify.PENDING, "data": data})
+    assert text == "echo on every is waiting for approval (requested by Pocket agent (app of alice))"
     data["tool_name"] = "mcp__every__größe"
     _, headers = notify.ntfy_request({"type": notify.PENDING, "data": data})
     assert headers["Title"].startswith("=?utf-8?") and headers["Title"].isascii()
@@ -137,7 +140,13 @@ async def test_it_posts_signed_pending_and_resolved_events(receiver, notifier, s
         "approve_url": body["data"]["approve_url"],
         "deny_url": body["data"]["deny_url"],
     }
-    assert body["data"] == {**call.to_pending(), "server": "every", "url": url, **links}
+    assert body["data"] == {
+        **call.to_pending(),
+        "requested_by": "agent-1",
+        "server": "every",
+        "url": url,
+        **links,
+    }
     for decision, link in (("approve", links["approve_url"]), ("deny", links["deny_url"])):
         assert link.startswith("https://approve.example/a/")
         action = onetap.read(settings.SECRET_KEY, link.rsplit("/", 1)[1])
@@ -158,6 +167,7 @@ async def test_it_posts_signed_pending_and_resolved_events(receiver, notifier, s
     assert body["type"] == "confirmation.resolved"
     assert body["data"] == {
         **call.to_pending(),
+        "requested_by": "agent-1",
         "server": "every",
         "url": url,
         "status": "skipped",
@@ -241,7 +251,7 @@ async def test_it_pushes_to_ntfy_with_title_click_and_tags(receiver, notifier, s
     call = await sync_to_async(pending_call)(tool="get-sum")
     await await_until(lambda: receiver.requests, 15, what="the ntfy push")
     got = receiver.requests[0]
-    assert got["body"].decode() == "get-sum on every is waiting for approval"
+    assert got["body"].decode() == "get-sum on every is waiting for approval (requested by agent-1)"
     assert got["headers"]["title"] == "Approval needed: get-sum"
     assert got["headers"]["click"] == f"https://approve.example/pending/{call.confirm_id}/"
     assert got["headers"]["tags"] == "lock"

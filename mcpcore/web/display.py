@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from .. import allowlist, files, retention, serverconfig, toolviewstore
+from ..appauth import grants
 from ..choices import CallDecision, CallKind, CallStatus, stored_kind
 from ..models import (
     ApiToken,
@@ -387,7 +388,8 @@ def result_context(call: ToolCall) -> dict:
 
 
 def token_rows() -> list[ApiToken]:
-    rows = list(ApiToken.objects.prefetch_related(_active_grants(), "views"))
+    """The API tokens; an app's own token is listed with its grant (`app_rows`) instead."""
+    rows = list(ApiToken.objects.filter(app_grant__isnull=True).prefetch_related(_active_grants(), "views"))
     now = timezone.now()
     for row in rows:
         row.used_ago = live.ago(row.last_used_at) or "never"
@@ -395,6 +397,17 @@ def token_rows() -> list[ApiToken]:
             # Time-boxed grants (SPEC 17.3) say how long they have left; the page counts down.
             left = (grant.expires_at - now).total_seconds() if grant.expires_at else None
             grant.left_text = live.clock(left) if left is not None else ""
+    return rows
+
+
+def app_rows() -> list[dict]:
+    """The connected apps (SPEC 21.4) as the Tokens page lists them."""
+    rows = []
+    for grant in grants.live_grants():
+        row = grants.to_dict(grant)
+        row["used_ago"] = live.ago(grant.token.last_used_at) or "never"
+        row["created"] = grant.created_at
+        rows.append(row)
     return rows
 
 
