@@ -65,6 +65,8 @@ EXPECT: dict[tuple[str, str], dict] = {
     ("api-hooks-claude-code", "POST"): same((400, "unsupported hook event: ")),
     ("api-calls-export", "GET"): {"agent": denied("export history"), "approver": OK, "admin": OK},
     ("api-audit", "GET"): admin_only("read the audit trail"),
+    ("api-grants", "GET"): admin_only("manage apps"),
+    ("api-grant-revoke", "POST"): admin_only("manage apps", (404, "grant not found")),  # no grant 1 here
     ("api-views", "GET"): same(OK),
     ("api-views", "POST"): admin_only("change views", (400, "invalid view name: must not be empty")),
     ("api-views-remove", "POST"): admin_only("change views", (404, "view not found")),
@@ -154,6 +156,8 @@ def _path(name: str, call: ToolCall) -> str:
         kwargs = {"call_id": str(call.id)}
     elif name == "api-confirm":
         kwargs = {"session_id": call.session_id, "confirm_id": str(call.confirm_id)}
+    elif name == "api-grant-revoke":
+        kwargs = {"grant_id": "1"}
     return reverse(name, kwargs=kwargs)
 
 
