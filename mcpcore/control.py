@@ -219,7 +219,13 @@ async def complete(server: str, ref: dict, argument: dict, context: dict | None)
 
 async def subscribe(server: str, uri: str) -> None:
     """Keep `uri` subscribed upstream (SPEC 20.2): a row every holder of the server reads at
-    connect, and a word to the one holding it now."""
+    connect, and a word to the one holding it now, whose answer is awaited (bounded) so the
+    client's subscription is acknowledged only once the server's updates are followed: an
+    update in between would be lost."""
+    import asyncio
+
+    from django.conf import settings
+
     from . import db
     from .models import ResourceSubscription
 
@@ -228,5 +234,12 @@ async def subscribe(server: str, uri: str) -> None:
         return _holder_channel(server)
 
     channel = await db.run(record)
-    if channel:
-        await get_channel_layer().send(channel, {"type": "resource.subscribe", "server": server})
+    if not channel:
+        return  # whoever holds the server next subscribes at connect
+    layer = get_channel_layer()
+    reply = await layer.new_channel()
+    await layer.send(channel, {"type": "resource.subscribe", "server": server, "reply": reply})
+    try:
+        await asyncio.wait_for(layer.receive(reply), settings.AGENVOY_LIST_TIMEOUT)
+    except TimeoutError:
+        pass  # the row stands: it is followed when the holder gets to it

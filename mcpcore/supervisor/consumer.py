@@ -32,7 +32,7 @@ class SupervisorConsumer(AsyncConsumer):
         self.supervisor.wake_flow(message["flow"])
 
     async def resource_subscribe(self, message: dict) -> None:
-        self.supervisor.resubscribe(message["server"])
+        self.supervisor.resubscribe(message["server"], message.get("reply"))
 
     async def server_complete(self, message: dict) -> None:
         self.supervisor.spawn_complete(

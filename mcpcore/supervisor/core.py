@@ -205,12 +205,12 @@ class Supervisor:
 
     # --- resource subscriptions and completions (SPEC 20.2) ----------------------------------
 
-    def resubscribe(self, server_name: str) -> None:
+    def resubscribe(self, server_name: str, reply: str | None = None) -> None:
         """A client subscribed to (or dropped) a resource of a server: its session re-reads
-        the rows and follows them upstream, in its own task."""
+        the rows and follows them upstream, in its own task, then tells `reply`."""
         session = self.sessions.get(server_name)
         if session is not None:
-            session.resubscribe()
+            session.resubscribe(reply)
 
     def spawn_complete(
         self, server_name: str, ref: dict, argument: dict, context: dict | None, reply: str

@@ -178,6 +178,9 @@ class ServerSession:
         self.subscribed: set[str] = set()
         self._subscriptions_changed = asyncio.Event()
         self._listen_again = asyncio.Event()
+        # Reply channels of `resource.subscribe` requests, told once the set is followed
+        # upstream (an update published before that would be lost: listen has no replay).
+        self._subscribe_replies: list[str] = []
 
     def describe(self, exc: BaseException) -> str:
         """`describe(exc)` with this server's secret values masked (SPEC 12.3)."""
@@ -212,9 +215,22 @@ class ServerSession:
     def session_lost(self) -> None:
         self._lost.set()
 
-    def resubscribe(self) -> None:
-        """Re-read the server's `ResourceSubscription` rows and follow them upstream."""
+    def resubscribe(self, reply: str | None = None) -> None:
+        """Re-read the server's `ResourceSubscription` rows and follow them upstream; `reply`
+        (a channel) is told `subscribe.done` once they are followed."""
+        if reply:
+            self._subscribe_replies.append(reply)
         self._subscriptions_changed.set()
+
+    async def _subscribed_now(self) -> None:
+        """Tell whoever asked that the subscriptions they wrote are followed upstream."""
+        replies, self._subscribe_replies = self._subscribe_replies, []
+        if replies:
+            from channels.layers import get_channel_layer
+
+            layer = get_channel_layer()
+            for reply in replies:
+                await layer.send(reply, {"type": "subscribe.done"})
 
     async def wait_ready(self, timeout: float) -> Client | None:
         if not self.ready.is_set():
@@ -499,6 +515,8 @@ class ServerSession:
                 resources_list_changed=True,
                 resource_subscriptions=uris,
             ) as sub:
+                if not self._subscriptions_changed.is_set():
+                    await self._subscribed_now()  # the stream is acknowledged with every URI
                 async for event in sub:
                     if isinstance(event, ResourceUpdated):
                         await self._updated(event.uri)
@@ -523,15 +541,16 @@ class ServerSession:
                 )
             )
             if wanted == self.subscribed:
+                await self._subscribed_now()
                 continue
             if self.protocol >= "2026":
                 self.subscribed = wanted
-                self._listen_again.set()
+                self._listen_again.set()  # `_listen_once` tells the askers once it is back
                 continue
             capability = client.server_capabilities.resources
-            if capability is None or not capability.subscribe:
-                continue
-            await self._follow(client, wanted)
+            if capability is not None and capability.subscribe:
+                await self._follow(client, wanted)
+            await self._subscribed_now()
 
     async def _follow(self, client: Client, wanted: set[str]) -> None:
         """Subscribe to the new URIs and unsubscribe from the dropped ones (2025 era)."""
