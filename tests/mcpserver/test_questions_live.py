@@ -20,9 +20,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpcore.mcpserver import relay
 from tests.live import await_until, db_rows, our_server, wait_until
-from tests.mcpclients import in_thread
+from tests.mcpclients import TsClient, in_thread
 
-pytestmark = [pytest.mark.live, pytest.mark.asyncio]
+pytestmark = pytest.mark.live
 
 SERVERS = ["ask26", "ask25"]
 CLIENTS = ["auto", "legacy"]  # a 2026-07-28 client, a 2025-11-25 one
@@ -86,6 +86,7 @@ def questions_of(c, tool_name: str) -> list[tuple]:
     ]
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("server", SERVERS)
 @pytest.mark.parametrize("mode", CLIENTS)
 async def test_it_relays_a_form_question_to_the_calling_client_in_every_era_combination(c, server, mode):
@@ -101,6 +102,7 @@ async def test_it_relays_a_form_question_to_the_calling_client_in_every_era_comb
     ]
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("server", SERVERS)
 @pytest.mark.parametrize("mode", CLIENTS)
 async def test_it_relays_a_url_question_and_two_questions_in_order(c, server, mode):
@@ -121,6 +123,7 @@ async def test_it_relays_a_url_question_and_two_questions_in_order(c, server, mo
     assert person.asked[0].url == "https://login.example.com/go"
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("server", SERVERS)
 @pytest.mark.parametrize("mode", CLIENTS)
 async def test_it_puts_the_question_of_a_client_without_elicitation_in_the_inbox(c, server, mode):
@@ -136,11 +139,20 @@ async def test_it_puts_the_question_of_a_client_without_elicitation_in_the_inbox
         )
         assert r.status_code == 200, r.text
 
+    messages: list[str | None] = []
+
+    async def on_progress(progress, total, message) -> None:
+        messages.append(message)
+
     async with client_of(c, mode) as client, anyio.create_task_group() as tg:
         tg.start_soon(answer_it)
         with anyio.fail_after(60):
-            result = await client.call_tool(f"{server}__ask_form", {"message": "Who?"})
+            result = await client.call_tool(
+                f"{server}__ask_form", {"message": "Who?"}, progress_callback=on_progress
+            )
     assert answers_in(result) == [{"action": "accept", "content": {"name": "Inbox"}}]
+    # While the person was asked, the waiting call said so (SPEC 20.4).
+    assert f"waiting for an answer to {server}'s question" in messages
 
 
 def _question_item(c, tool_name: str) -> dict | None:
@@ -148,6 +160,7 @@ def _question_item(c, tool_name: str) -> dict | None:
     return next((i for i in items if i.get("kind") == "question" and i["tool_name"] == tool_name), None)
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("server", SERVERS)
 async def test_it_asks_the_inbox_for_a_v1_call_and_answers_the_server(c, server):
     tool = f"mcp__{server}__ask_form"
@@ -168,6 +181,7 @@ async def test_it_asks_the_inbox_for_a_v1_call_and_answers_the_server(c, server)
     assert json.loads(done["result"])["answers"] == [{"action": "accept", "content": {"name": "Api"}}]
 
 
+@pytest.mark.asyncio
 async def test_it_refuses_a_tampered_expired_or_foreign_request_state_and_sends_nothing_upstream(c):
     person = Person()
     async with client_of(c, "auto", person) as client:
@@ -220,6 +234,7 @@ async def test_it_refuses_a_tampered_expired_or_foreign_request_state_and_sends_
     assert answers_in(done) == [{"action": "accept", "content": {"name": "Signed"}}]
 
 
+@pytest.mark.asyncio
 async def test_it_cancels_the_question_when_a_2025_client_goes_away(c):
     asked = anyio.Event()
 
@@ -245,3 +260,32 @@ async def test_it_cancels_the_question_when_a_2025_client_goes_away(c):
         20,
         what="call cancelled",
     )
+
+
+def test_it_relays_form_questions_to_a_typescript_client_that_declares_form_only(c):
+    """The TypeScript SDK's client declaring `elicitation: {}` (form only, as Claude Code
+    does): a form question is relayed to it; a URL question goes to the inbox."""
+    ts = TsClient(c, capabilities={"elicitation": {}})
+    try:
+        ts.answer(ts.send("answers", answers=[{"action": "accept", "content": {"name": "Ts"}}]), 10)
+        got = ts.answer(ts.send("call", name="ask25__ask_form", arguments={"message": "TS?"}), 60)
+        assert "result" in got, got
+        assert json.loads(got["result"]["content"][0]["text"])["answers"] == [
+            {"action": "accept", "content": {"name": "Ts"}}
+        ]
+        elicit = ts.wait(lambda e: e.get("event") == "elicit", 5)
+        assert elicit["params"]["message"] == "TS?"
+        assert questions_of(c, "mcp__ask25__ask_form")[0][:3] == ("answered", "form", "client")
+
+        asked = ts.send("call", name="ask26__ask_url", arguments={"url": "https://pay.example.com/x"})
+        item = wait_until(
+            lambda: _question_item(c, "mcp__ask26__ask_url"), 30, what="the URL question in the inbox"
+        )
+        assert item["url"] == "https://pay.example.com/x" and "schema" not in item
+        r = c.approver.post(f"/v1/pending/{item['id']}/answer", json={"action": "accept"})
+        assert r.status_code == 200, r.text
+        got = ts.answer(asked, 60)
+        assert json.loads(got["result"]["content"][0]["text"])["answers"] == [{"action": "accept"}]
+        assert [e for e in ts.seen if e.get("event") == "elicit"] == [elicit]  # nothing more relayed
+    finally:
+        ts.close()

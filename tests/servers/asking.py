@@ -48,7 +48,11 @@ FORM = {
     },
     "required": ["name"],
 }
-SECOND = {"type": "object", "properties": {"sure": {"type": "boolean", "title": "Sure?"}}, "required": ["sure"]}
+SECOND = {
+    "type": "object",
+    "properties": {"sure": {"type": "boolean", "title": "Sure?"}},
+    "required": ["sure"],
+}
 
 
 def modern(ctx: Context) -> bool:
