@@ -356,12 +356,16 @@ async def _relay(ctx, call: ToolCall, token: ApiToken) -> dict:
                     return _input_required(question, call, token)
                 await _ask_2025(ctx, question)
                 continue
-            # Woken by `call.question` (or anything else on the call's group), or a second on.
-            with anyio.move_on_after(1.0):
+            # Woken by `call.question` (or anything else on the call's group); the database is
+            # looked at again now and then too, in case a message went missing.
+            with anyio.move_on_after(RELAY_POLL):
                 await layer.receive(channel)
     finally:
         with anyio.CancelScope(shield=True):
             await layer.group_discard(group, channel)
+
+
+RELAY_POLL = 5.0  # seconds between looks for a question nobody told the door of
 
 
 def _asked_of(call_id) -> Question | None:

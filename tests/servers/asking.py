@@ -12,6 +12,7 @@ Tools:
 - `ask_form(message)`: one form question (`name` string, required; `count` integer 1..10);
 - `ask_url(url)`: one URL-mode question (the URL to open);
 - `ask_twice()`: two form questions one after the other (`first`, then `second`);
+- `ask_both()`: the same two, on 2026-07-28 in one `InputRequiredResult` (both at once);
 - `sample()`: asks the client to sample (`sampling/createMessage`), answers what came back;
 - `roots()`: asks for the client's roots, answers what came back.
 Each answers `{"answers": [<the client's result per question>]}` or `{"error": "..."}`.
@@ -64,8 +65,9 @@ def answered(answers: list) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)])
 
 
-async def ask(ctx: Context, questions: list) -> CallToolResult | InputRequiredResult:
-    """Ask `questions` (ElicitRequest params) one after the other and answer what came back."""
+async def ask(ctx: Context, questions: list, together: bool = False) -> CallToolResult | InputRequiredResult:
+    """Ask `questions` (ElicitRequest params) one after the other (2026-07-28 and `together`:
+    all in one round) and answer what came back."""
     if not modern(ctx):
         answers = []
         for params in questions:
@@ -83,6 +85,16 @@ async def ask(ctx: Context, questions: list) -> CallToolResult | InputRequiredRe
                 return answered([*answers, {"error": exc.error.message, "code": exc.error.code}])
             answers.append(result.model_dump(mode="json", exclude_none=True))
         return answered(answers)
+    if together:
+        got = ctx.input_responses or {}
+        if len(got) == len(questions):
+            return answered(
+                [got[f"q{i}"].model_dump(mode="json", exclude_none=True) for i in range(len(questions))]
+            )
+        return InputRequiredResult(
+            input_requests={f"q{i}": ElicitRequest(params=p) for i, p in enumerate(questions)},
+            request_state="[]",
+        )
     # 2026-07-28: one question per round; the answers so far ride `request_state`.
     so_far = json.loads(ctx.request_state) if ctx.request_state else []
     got = (ctx.input_responses or {}).get(f"q{len(so_far)}")
@@ -120,6 +132,19 @@ async def ask_twice(ctx: Context) -> CallToolResult | InputRequiredResult:
             ElicitRequestFormParams(message="first", requested_schema=FORM),
             ElicitRequestFormParams(message="second", requested_schema=SECOND),
         ],
+    )
+
+
+@mcp.tool()
+async def ask_both(ctx: Context) -> CallToolResult | InputRequiredResult:
+    """Ask the same two questions as `ask_twice`, on 2026-07-28 both in one round."""
+    return await ask(
+        ctx,
+        [
+            ElicitRequestFormParams(message="first", requested_schema=FORM),
+            ElicitRequestFormParams(message="second", requested_schema=SECOND),
+        ],
+        together=True,
     )
 
 

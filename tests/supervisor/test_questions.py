@@ -113,10 +113,12 @@ async def test_it_asks_a_url_question_with_its_url_and_passes_on_done(agenvoy_ho
     assert got == [{"action": "accept"}]
 
 
+@pytest.mark.parametrize("tool", ["ask_twice", "ask_both"])
 @pytest.mark.parametrize("legacy", ERAS)
-async def test_it_asks_two_questions_of_one_call_in_order(agenvoy_home, legacy):
+async def test_it_asks_two_questions_of_one_call_in_order(agenvoy_home, legacy, tool):
+    """`ask_both` puts both in one `InputRequiredResult` on 2026-07-28: still one at a time."""
     async with holding(agenvoy_home, legacy) as sup:
-        call, task = await start(sup, "ask_twice", {})
+        call, task = await start(sup, tool, {})
         first = await open_question(call, 1)
         assert first.message == "first"
         assert len(await db.run(questions.of_call, call.id)) == 1  # the second waits for the first
