@@ -506,6 +506,13 @@ class ToolCall(models.Model):
             models.Index(fields=["server_name", "created_at"], name="mcpcore_call_server_time"),
             models.Index(fields=["tool_name", "created_at"], name="mcpcore_call_tool_time"),
             models.Index(fields=["session_id", "created_at"], name="mcpcore_call_session_time"),
+            # The History page's kind filter (SPEC 20.3) for the kinds other than tool calls:
+            # partial, so a tool call's INSERT (nearly every call) writes nothing to it.
+            models.Index(
+                fields=["kind", "created_at"],
+                name="mcpcore_call_kind_time",
+                condition=~models.Q(kind="tool_confirm"),
+            ),
             # The notifier's question every second: confirmations not yet told about in full.
             models.Index(
                 fields=["created_at"],
@@ -542,6 +549,12 @@ class ToolCall(models.Model):
             return None
         uri = self.arguments.get("uri") if isinstance(self.arguments, dict) else None
         return uri if isinstance(uri, str) else self.tool_name
+
+    @property
+    def is_prompt_or_resource(self) -> bool:
+        """A prompt get or a resource read (SPEC 20.3): held only by an `ask` rule, so it is
+        approved once or denied (no remember, session or time-boxed approval)."""
+        return self.kind in (CallKind.PROMPT, CallKind.RESOURCE)
 
     @property
     def action(self) -> str:

@@ -311,3 +311,43 @@ def test_it_forgets_old_sent_and_failed_deliveries_but_not_owed_ones():
     Delivery.objects.filter(id=recent.id).update(status="sent")
     assert notify.prune() == 2
     assert set(Delivery.objects.values_list("id", flat=True)) == {rows["pending"].id, recent.id}
+
+
+# --- prompts and resources (SPEC 20.3) ------------------------------------------------------------
+
+URI = "file:///srv/docs/" + "r" * 1200 + ".md"
+
+
+def test_it_words_an_ntfy_push_for_a_prompt_or_a_resource():
+    base = {"server": "every", "url": "https://c/pending/1/"}
+    data = {**base, "kind": "prompt", "tool_name": "mcp__every__review"}
+    text, headers = notify.ntfy_request({"type": notify.PENDING, "data": data})
+    assert text == "Get prompt review on every is waiting for approval"
+    assert headers["Title"] == "Approval needed: Get prompt review"
+    data = {**base, "kind": "resource", "tool_name": "file:///etc/hosts", "uri": "file:///etc/hosts"}
+    text, headers = notify.ntfy_request({"type": notify.PENDING, "data": data})
+    assert text == "Read file:///etc/hosts on every is waiting for approval"
+    assert headers["Title"] == "Approval needed: Read file:///etc/hosts"
+    data = {**base, "kind": "resource", "tool_name": URI[:700], "uri": URI}
+    text, headers = notify.ntfy_request({"type": notify.PENDING, "data": data})
+    assert text.startswith(f"Read {URI[:997]}... on every") and len(text.encode()) < 4096
+    assert headers["Title"].isascii() and len(headers["Title"]) == len("Approval needed: ") + notify.TITLE_MAX
+
+
+@pytest.mark.django_db
+def test_it_tells_webhooks_about_a_pending_prompt_or_resource_with_its_kind_and_uri():
+    hook, _ = notify.add_target("webhook", "http://127.0.0.1:9/a")
+    prompt = pending_call(tool="review", kind="prompt")
+    resource = pending_call(kind="resource", tool="")
+    ToolCall.objects.filter(id=resource.id).update(tool_name=URI[:700], arguments={"uri": URI})
+    assert notify.enqueue() == 2
+    bodies = {
+        json.loads(d.body)["data"]["call_id"]: json.loads(d.body)
+        for d in Delivery.objects.filter(target=hook)
+    }
+    data = bodies[str(prompt.id)]["data"]
+    assert bodies[str(prompt.id)]["type"] == "confirmation.pending"
+    assert (data["kind"], data["tool_name"], data["server"]) == ("prompt", "mcp__every__review", "every")
+    assert "uri" not in data and data["approve_url"] and data["deny_url"]
+    data = bodies[str(resource.id)]["data"]
+    assert (data["kind"], data["uri"], data["tool_args"]) == ("resource", URI, {"uri": URI})

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from .. import allowlist, files, retention, serverconfig, toolviewstore
-from ..choices import CallDecision, CallStatus
+from ..choices import CallDecision, CallKind, CallStatus, stored_kind
 from ..models import (
     ApiToken,
     NotificationTarget,
@@ -312,6 +312,17 @@ def audit_rows(entries: list) -> list[dict]:
 # Above this many tool names matching a tool filter, the history is read in time order with
 # the filter applied row by row (so many names match that matching rows are near).
 TOOL_PARTS = 200
+
+
+def kind_filter(rows, kind: str):
+    """Calls of one history kind (`choices.HISTORY_KINDS`). Tool calls are nearly every row:
+    their pages run down the time index testing each row. The other kinds have a partial index
+    of their own (`mcpcore_call_kind_time`, rows that are not tool calls); the index's own
+    condition is repeated so that SQLite's planner, which matches it literally, takes it."""
+    stored = stored_kind(kind)
+    if stored == CallKind.TOOL_CONFIRM:
+        return rows.filter(kind=stored)
+    return rows.filter(kind=stored).exclude(kind=CallKind.TOOL_CONFIRM)
 
 
 def tool_parts(rows, text: str) -> list | None:

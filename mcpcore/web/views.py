@@ -47,7 +47,7 @@ from .. import (
     serverconfig,
     toolviewstore,
 )
-from ..choices import CallStatus, ServerState, TargetKind, TokenRole, stored_kind
+from ..choices import CallStatus, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
     AuditEntry,
@@ -89,6 +89,7 @@ from .display import (
     file_problems,
     history_page,
     keyset_page,
+    kind_filter,
     page_cursor,
     pattern_lines,
     pretty,
@@ -665,9 +666,7 @@ def history(request: HtmxRequest) -> HttpResponse:
         if f["session"]:
             rows = rows.filter(session_id=f["session"].strip())
         if f["kind"]:
-            # No index of its own: every call's INSERT would pay for it. Pages run down the
-            # (created_at) index (or a filter's own) and test the kind on each row.
-            rows = rows.filter(kind=stored_kind(f["kind"]))
+            rows = kind_filter(rows, f["kind"])
         if f["tool"].strip():
             parts = tool_parts(rows, f["tool"].strip())
             if parts is None:
