@@ -111,7 +111,7 @@ async def _call_tool(ctx, params) -> dict:
                 raise MCPError(INVALID_PARAMS, exc.message) from None
             return text_result(exc.message, True)
         await calls.submit(call, local)
-    held = await hold_or_ask(ctx, call, token)
+    held = await hold_or_ask(ctx, call, token, retry=params.request_state is not None)
     if isinstance(held, dict):
         return held
     return await call_result(held)
@@ -271,7 +271,7 @@ async def hold(ctx, call: ToolCall) -> ToolCall:
     return held
 
 
-async def hold_or_ask(ctx, call: ToolCall, token: ApiToken | None) -> ToolCall | dict:
+async def hold_or_ask(ctx, call: ToolCall, token: ApiToken | None, retry: bool = False) -> ToolCall | dict:
     """`hold`, relaying the call's `asked` questions to this client meanwhile (SPEC 20.4,
     `relay`): a 2025 client is asked on this request's stream and the call held on; for a
     2026-07-28 client the request ends with an `InputRequiredResult` (returned here as its
@@ -320,7 +320,7 @@ async def hold_or_ask(ctx, call: ToolCall, token: ApiToken | None) -> ToolCall |
 
                     async def relaying() -> None:
                         nonlocal asking
-                        asking = await _relay(ctx, call, token)
+                        asking = await _relay(ctx, call, token, retry)
                         tg.cancel_scope.cancel()  # a 2026 question ends this request
 
                     tg.start_soon(relaying)
@@ -339,27 +339,31 @@ async def hold_or_ask(ctx, call: ToolCall, token: ApiToken | None) -> ToolCall |
     return asking if asking is not None and not call.ended else call
 
 
-async def _relay(ctx, call: ToolCall, token: ApiToken) -> dict:
+async def _relay(ctx, call: ToolCall, token: ApiToken, look_first: bool) -> dict:
     """Relay the call's `asked` questions to this client as they come, one at a time, until
     the call ends (this task is then cancelled). A 2025 client is asked on this request's
     stream and its answer given to the question; for a 2026-07-28 client the answer is the
-    `InputRequiredResult` this request ends with."""
+    `InputRequiredResult` this request ends with. The database is looked at when told of a
+    question (`call.question` on the call's group, not its progress), every RELAY_POLL
+    seconds in case a message went missing, and first when `look_first` (a retry: the next
+    question may have come before this request)."""
     layer = get_channel_layer()
     channel = await layer.new_channel()
     group = control.call_group(str(call.id))
     await layer.group_add(group, channel)
+    look = look_first
     try:
         while True:
-            question = await db.run(_asked_of, call.id)
+            question = await db.run(_asked_of, call.id) if look else None
             if question is not None:
                 if is_modern(ctx):
                     return _input_required(question, call, token)
                 await _ask_2025(ctx, question)
                 continue
-            # Woken by `call.question` (or anything else on the call's group); the database is
-            # looked at again now and then too, in case a message went missing.
+            look = True
             with anyio.move_on_after(RELAY_POLL):
-                await layer.receive(channel)
+                event = await layer.receive(channel)
+                look = event.get("type") == "call.question"
     finally:
         with anyio.CancelScope(shield=True):
             await layer.group_discard(group, channel)
