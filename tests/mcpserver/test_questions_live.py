@@ -289,3 +289,17 @@ def test_it_relays_form_questions_to_a_typescript_client_that_declares_form_only
         assert [e for e in ts.seen if e.get("event") == "elicit"] == [elicit]  # nothing more relayed
     finally:
         ts.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("mode", CLIENTS)
+async def test_it_takes_the_question_out_of_the_inbox_when_its_client_goes_away(c, mode):
+    tool = "mcp__ask25__ask_url"
+    async with client_of(c, mode) as client:
+        with anyio.move_on_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "ask25__ask_url", {"url": "https://gone.example.com/"})
+                await await_until(lambda: _question_item(c, tool), 30, what="the question in the inbox")
+                tg.cancel_scope.cancel()  # 2025: notifications/cancelled; 2026: the stream closed
+    await await_until(lambda: _question_item(c, tool) is None, 20, what="the question gone from the inbox")
+    assert [q[0] for q in questions_of(c, tool)] == ["cancelled"]
