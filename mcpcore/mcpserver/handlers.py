@@ -364,6 +364,12 @@ async def _relay(ctx, call: ToolCall, token: ApiToken, look_first: bool) -> dict
             with anyio.move_on_after(RELAY_POLL):
                 event = await layer.receive(channel)
                 look = event.get("type") == "call.question"
+                if event.get("type") == "question.complete" and not is_modern(ctx):
+                    # The server's URL question was done out of band: the client is told
+                    # too (2025 only: 2026-07-28 has no such notification).
+                    await ctx.session.send_elicit_complete(
+                        event["elicitation_id"], related_request_id=ctx.request_id
+                    )
     finally:
         with anyio.CancelScope(shield=True):
             await layer.group_discard(group, channel)

@@ -232,6 +232,9 @@ class Asking:
 
     def __init__(self, call: ToolCall, timeout: float) -> None:
         self.call = call
+        self.call_id = str(call.id)
+        # Its URL questions' ids, for the server's `notifications/elicitation/complete`.
+        self.elicitation_ids: set[str] = set()
         self.timeout = timeout
         self.scope: anyio.CancelScope | None = None
         self.cap_at = math.inf
@@ -295,6 +298,8 @@ class Asking:
     async def _asked(self, params) -> dict:
         call = self.call
         url_mode = getattr(params, "mode", "form") == "url"
+        if url_mode and params.elicitation_id:
+            self.elicitation_ids.add(params.elicitation_id)
         question = await db.run(
             questions.ask,
             call.id,

@@ -52,7 +52,11 @@ REFRESHING = (
 
 
 class Asker(Protocol):
-    """What the session needs of a running call to ask its questions (`runner.Asking`)."""
+    """What the session needs of a running call to ask its questions (`runner.Asking`): its
+    call's id, whether it is asking now, the elicitation ids of its URL questions."""
+
+    call_id: str
+    elicitation_ids: set[str]
 
     @property
     def busy(self) -> bool: ...
@@ -606,6 +610,8 @@ class ServerSession:
             uri = _updated_uri(message)
             if uri:
                 await self._updated(uri)
+        elif method == "notifications/elicitation/complete":
+            await self._completed(getattr(getattr(message, "params", None), "elicitation_id", None))
         elif isinstance(message, Exception):
             log.info("server %s: transport message: %s", self.name, self.describe(message))
             if is_session_lost(message):
@@ -620,6 +626,16 @@ class ServerSession:
         if asker is None:
             return ErrorData(code=INVALID_REQUEST, message="no call of this client is running on this server")
         return await asker.elicit(params)
+
+    async def _completed(self, elicitation_id) -> None:
+        """A 2025 server's URL question done out of band: whoever holds the call's MCP request
+        tells its client (SPEC 20.4)."""
+        asker = next((a for a in self.asking.values() if elicitation_id in a.elicitation_ids), None)
+        if asker is not None:
+            await control.asend_group(
+                control.call_group(asker.call_id),
+                {"type": "question.complete", "elicitation_id": elicitation_id},
+            )
 
     def _asker_for(self) -> "Asker | None":
         """The call a 2025 `elicitation/create` belongs to. The server sends it on the call's

@@ -303,3 +303,29 @@ async def test_it_takes_the_question_out_of_the_inbox_when_its_client_goes_away(
                 tg.cancel_scope.cancel()  # 2025: notifications/cancelled; 2026: the stream closed
     await await_until(lambda: _question_item(c, tool) is None, 20, what="the question gone from the inbox")
     assert [q[0] for q in questions_of(c, tool)] == ["cancelled"]
+
+
+@pytest.mark.asyncio
+async def test_it_tells_a_2025_client_when_its_servers_url_question_is_done(c):
+    """`notifications/elicitation/complete` of a 2025 server reaches the 2025 client the URL
+    question was relayed to, with the id it was asked with."""
+    person = Person({"action": "accept"})
+    completed: list[str] = []
+
+    async def on_message(message) -> None:
+        if isinstance(message, mcp_types.ElicitCompleteNotification):
+            completed.append(message.params.elicitation_id)
+
+    headers = {"Authorization": f"Bearer {c.token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120)) as http:
+        transport = streamable_http_client(c.url + "/mcp", http_client=http)
+        async with Client(
+            transport, mode="legacy", elicitation_callback=person, message_handler=on_message
+        ) as client:
+            with anyio.fail_after(60):
+                result = await client.call_tool(
+                    "ask25__ask_url", {"url": "https://sso.example.com/", "work": 1}
+                )
+    assert answers_in(result) == [{"action": "accept"}]
+    (asked,) = person.asked
+    assert completed == [asked.elicitation_id]

@@ -117,10 +117,19 @@ async def ask_form(message: str, ctx: Context) -> CallToolResult | InputRequired
 
 
 @mcp.tool()
-async def ask_url(url: str, ctx: Context) -> CallToolResult | InputRequiredResult:
-    """Ask the person to open `url` and answer what came back."""
+async def ask_url(url: str, ctx: Context, work: float = 0) -> CallToolResult | InputRequiredResult:
+    """Ask the person to open `url` and answer what came back. On 2025 sessions with `work`,
+    the flow at the URL is then done: `notifications/elicitation/complete`, and `work`
+    seconds more of the tool's own work."""
     params = ElicitRequestURLParams(message="Sign in to continue", url=url, elicitation_id=uuid.uuid4().hex)
-    return await ask(ctx, [params])
+    result = await ask(ctx, [params])
+    if work and not modern(ctx):
+        assert params.elicitation_id is not None
+        await ctx.request_context.session.send_elicit_complete(
+            params.elicitation_id, related_request_id=ctx.request_id
+        )
+        await anyio.sleep(work)
+    return result
 
 
 @mcp.tool()
