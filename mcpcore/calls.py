@@ -172,6 +172,7 @@ def create(
     via: str = Via.REST,
     local: LocalSupervisor | None = None,
     within: Callable[[str], bool] | None = None,
+    client_asks: str = "",
 ) -> ToolCall:
     """Check a call request (the contract's `schemas.CallRequest`: every door gets the same
     checks and messages), run it through the gate, and record it (SPEC 5, 7). Sync;
@@ -186,6 +187,9 @@ def create(
     A token limited to views (SPEC 19), and `within` (the view of `/mcp/v/<view>`), see only
     their tools: any other name is an unknown tool, refused on the name alone before any
     lookup, so a hidden tool and one that does not exist take the same steps.
+
+    `client_asks` is what the MCP client making the call can answer of its server's questions
+    (`ToolCall.client_asks`, SPEC 20.4).
     """
     request = checked(
         schemas.CallRequest, {"name": name, "arguments": arguments, "session_id": session_id, "mode": mode}
@@ -237,6 +241,7 @@ def create(
         # An ask rule decides before the pin is looked at; the inbox still wants to know.
         definition_changed=decision.reason == RuleDecision.ASK and changed(),
         via=via,
+        client_asks=client_asks,
     )
     if decision.reason == RuleDecision.DENY:
         # Denied by a rule: nobody is asked and nothing runs.

@@ -36,7 +36,7 @@ from pydantic import (
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticCustomError, PydanticUseDefault, core_schema
 
-from . import allowlist, gate, names, toolviews
+from . import allowlist, elicitation, gate, names, toolviews
 from .choices import HISTORY_KINDS, AuditAction, CallStatus
 
 # The pydantic error types of this contract's messages: one a validator raises (`refuse`),
@@ -316,6 +316,25 @@ class Reply(Contract):
         if self.remember_for is not None and (not self.approve or self.abort):
             raise refuse("remember_for needs approve")
         return self
+
+
+class QuestionAnswer(Contract):
+    """An answer to a server's question in the inbox (`POST /v1/pending/<id>/answer`, SPEC
+    20.4). It describes the body in the OpenAPI document; the body is checked by
+    `elicitation.check_answer` once the question is found and the answerer may answer (SPEC
+    12.1's order), the content of an accept against the question's own schema."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    action: Annotated[
+        Literal["accept", "decline", "cancel"], Message(f"invalid answer: action: {elicitation.NOT_ACTION}")
+    ]
+    """accept (Submit, or Done for a URL), decline, or cancel"""
+    content: Annotated[
+        dict[str, Any] | None,
+        Message(f"invalid answer: content: {elicitation.NOT_OBJECT}"),
+        Field(description="for accept of a form: the fields, as the question's schema asks"),
+    ] = None
 
 
 # --- permission prompts (SPEC 13.5) ----------------------------------------------------------------

@@ -1,7 +1,7 @@
 // A client of the console's MCP endpoint built on the official TypeScript SDK (what Claude Code
 // and Cursor are built on), driven by tests/mcpserver/test_endpoint.py.
 //
-//   node tests/mcp_ts_client.mjs <url> <token>
+//   node tests/mcp_ts_client.mjs <url> <token> [<client capabilities as JSON>]
 //
 // Reads one JSON command per line on stdin and writes one JSON event per line on stdout:
 //   {"id": 1, "op": "list"}                                   -> {"id": 1, "tools": [...]}
@@ -13,6 +13,10 @@
 //   {"op": "prompts"}, {"op": "get_prompt", "name": "...", "arguments": {}}, {"op": "resources"},
 //   {"op": "templates"}, {"op": "read", "uri": "..."}, {"op": "subscribe", "uri": "..."},
 //   {"op": "complete", "ref": {...}, "argument": {"name": "...", "value": "..."}}
+// Questions from servers (SPEC 20.4), when the capabilities declare `elicitation`: each
+// `elicitation/create` is written as {"event": "elicit", "params": {...}, "at": ...} and answered
+// with the next of the answers given by {"op": "answers", "answers": [{"action": ...}, ...]}
+// (cancel when none is left).
 // Unprompted: {"event": "connected", ...} and {"event": "list_changed", "at": <ms since epoch>}
 // (tools), {"event": "prompts_changed" | "resources_changed", "at": ...},
 // {"event": "resource_updated", "uri": "...", "at": ...}.
@@ -27,12 +31,21 @@ const {
   PromptListChangedNotificationSchema,
   ResourceListChangedNotificationSchema,
   ResourceUpdatedNotificationSchema,
+  ElicitRequestSchema,
 } = await import(new URL("types.js", sdk));
 
-const [url, token] = process.argv.slice(2);
+const [url, token, capabilities] = process.argv.slice(2);
 const out = (event) => process.stdout.write(JSON.stringify(event) + "\n");
 
-const client = new Client({ name: "agenvoy-ts-test", version: "1.0.0" });
+const declared = capabilities ? JSON.parse(capabilities) : {};
+const client = new Client({ name: "agenvoy-ts-test", version: "1.0.0" }, { capabilities: declared });
+const elicitAnswers = [];
+if (declared.elicitation) {
+  client.setRequestHandler(ElicitRequestSchema, async (request) => {
+    out({ event: "elicit", params: request.params, at: Date.now() });
+    return elicitAnswers.shift() ?? { action: "cancel" };
+  });
+}
 client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
   out({ event: "list_changed", at: Date.now() });
 });
@@ -99,6 +112,9 @@ for await (const line of lines) {
       out({ id: cmd.id, tools: (await client.listTools()).tools });
     } else if (cmd.op === "call") {
       call(cmd);
+    } else if (cmd.op === "answers") {
+      elicitAnswers.push(...cmd.answers);
+      out({ id: cmd.id, result: {} });
     } else if (cmd.op in requests) {
       request(cmd);
     } else if (cmd.op === "close") {

@@ -96,9 +96,10 @@ async def wait_pending(c, tool_name: str, timeout: float = 10) -> dict:
 class TsClient:
     """tests/mcp_ts_client.mjs in a subprocess, one JSON line per command and per event."""
 
-    def __init__(self, c, path="/mcp", token=None) -> None:
+    def __init__(self, c, path="/mcp", token=None, capabilities: dict | None = None) -> None:
+        extra = [json.dumps(capabilities)] if capabilities is not None else []
         self.proc = subprocess.Popen(
-            ["node", str(TS_CLIENT), c.url + path, token or c.token],
+            ["node", str(TS_CLIENT), c.url + path, token or c.token, *extra],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -39,6 +39,32 @@ _CALL_ANSWER = _obj(
     },
     ("call_id", "session_id", "status"),
 )
+_QUESTION = _obj(
+    {
+        "id": _STR,
+        "server": _STR,
+        "mode": {"type": "string", "enum": ["form", "url"]},
+        "message": _STR,
+        "schema": {"type": ["object", "null"], "description": "form mode: the server's requestedSchema"},
+        "url": {"type": "string", "description": "URL mode: the URL to open"},
+        "status": {
+            "type": "string",
+            "enum": ["asked", "pending", "answered", "declined", "cancelled", "expired"],
+        },
+        "answer": {
+            "type": ["object", "null"],
+            "description": "what went back to the server: action, content",
+        },
+        "answered_by": _STR,
+        "created_at": {"type": "string", "format": "date-time"},
+        "answered_at": {"type": ["string", "null"], "format": "date-time"},
+    },
+    ("id", "server", "mode", "message", "status", "answer", "answered_by", "created_at", "answered_at"),
+)
+_CALL_DETAIL = _obj(
+    {**_CALL_ANSWER["properties"], "questions": {"type": "array", "items": _QUESTION}},
+    (*_CALL_ANSWER["required"], "questions"),
+)
 _RULES = _obj(
     {
         "rules": {
@@ -162,15 +188,27 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         },
     ),
     ("api-mcp-call-detail", "GET"): Operation(
-        "A call, optionally waiting for it to end",
+        "A call, optionally waiting for it to end, with the questions its server asked (SPEC 20.4)",
         query=schemas.WaitQuery,
-        answer=_CALL_ANSWER,
+        answer=_CALL_DETAIL,
         errors={404: "call not found"},
     ),
     ("api-mcp-call-cancel", "POST"): Operation(
         "Cancel a pending or running call", errors={404: "call not found", 409: "call already ended"}
     ),
-    ("api-pending", "GET"): Operation("Pending confirmations, oldest first"),
+    ("api-pending", "GET"): Operation(
+        "Pending confirmations and servers' questions (`kind` `question`), oldest first"
+    ),
+    ("api-pending-answer", "POST"): Operation(
+        "Answer a server's question in the inbox (SPEC 20.4)",
+        schemas.QuestionAnswer,
+        # Answered in this order: 404, then 403 (own call, then agent), then 410, then 400.
+        errors={
+            404: "confirmation not found",
+            410: "confirmation already resolved or expired",
+            400: "invalid answer: <field>: <why> (nothing is sent to the server)",
+        },
+    ),
     ("api-hooks-claude-code", "POST"): Operation(
         "A Claude Code HTTP hook (PermissionRequest, PreToolUse): a permission prompt held for a person up"
         " to `wait` seconds (query, 1 to 600, default 55), answered in the event's own JSON ({} when"

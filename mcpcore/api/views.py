@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from .. import allowlist, audit, control, files, serverconfig, toolviewstore
 from ..appauth import grants
-from ..choices import CallStatus
+from ..choices import CallStatus, TokenRole
 from ..db import cache
 from ..models import Server, Tool, ToolCall, mask_config
 from ..schemas import (
@@ -272,7 +272,15 @@ async def _call_answer(request: ApiRequest, call_id, wait: float, full: bool = F
     if call is None:
         raise ApiError("call not found", 404)
     call = await _until_gone(request, calls.wait(call, wait, local=calls.local_supervisor(request)), wait)
-    return _answer(call, full) if call is not None else JsonResponse({}, status=202)
+    if call is None:
+        return JsonResponse({}, status=202)
+    if not full:
+        return _answer(call)
+    from .. import db, questions
+
+    # The history keeps the questions its servers asked, and their answers (SPEC 20.4).
+    asked = await db.run(questions.of_call, call.id)
+    return JsonResponse({**call.to_dict(), "questions": [questions.to_dict(q) for q in asked]})
 
 
 def _uuid_or_404(value: str, message: str):
@@ -302,10 +310,27 @@ async def mcp_call_cancel(request: ApiRequest, call_id: str) -> JsonResponse:
 
 @api_view(("GET",))
 def pending(request: ApiRequest) -> JsonResponse:
-    rows = visible_calls(request.api_token, ToolCall.objects.filter(status=CallStatus.PENDING)).order_by(
-        "created_at"
-    )
-    return JsonResponse({"pending": [c.to_pending() for c in rows]})
+    from .. import questions
+
+    token = request.api_token
+    rows = visible_calls(token, ToolCall.objects.filter(status=CallStatus.PENDING)).order_by("created_at")
+    items = [(c.created_at, c.to_pending()) for c in rows]
+    # A server's question is an item of its own (SPEC 20.4); an agent sees its own calls' only.
+    asked = questions.pending_for(token.pk if token.role == TokenRole.AGENT else None)
+    items += [(q.created_at, questions.to_pending(q)) for q in asked]
+    items.sort(key=lambda pair: pair[0])
+    return JsonResponse({"pending": [item for _, item in items]})
+
+
+@api_view(("POST",))
+async def pending_answer(request: ApiRequest, question_id: str) -> JsonResponse:
+    """A token's answer to a server's question (SPEC 20.4), refused as replies are (12.1)."""
+    from .. import db, questions
+
+    body = json_body(request)
+    token = request.api_token
+    await db.run(questions.answer, question_id, body, _who(request), lambda q: reply_refusal(token, q.call))
+    return JsonResponse({"ok": True})
 
 
 @api_view(("POST",))

@@ -15,15 +15,16 @@ import logging
 import math
 
 import anyio
+from channels.layers import get_channel_layer
 from django.conf import settings
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .. import calls, db, names
-from ..choices import CallStatus, Mode, Via
-from ..models import ApiToken, Tool, ToolCall
-from . import catalog
+from .. import calls, control, db, names, questions
+from ..choices import CallStatus, Mode, QuestionStatus, Via
+from ..models import ApiToken, Question, Tool, ToolCall
+from . import catalog, relay
 
 log = logging.getLogger("mcpcore.mcpserver")
 
@@ -88,19 +89,62 @@ async def _call_tool(ctx, params) -> dict:
     if endpoint == catalog.PERMISSION:
         return await _permission_prompt(ctx, params, token)
     local = local_of(ctx)
+    if params.request_state is not None:
+        # The retry of a call whose server asked this client a question (SPEC 20.4).
+        call = await _answered(ctx, params, token)
+    else:
+        try:
+            call = await db.write(
+                _create,
+                token,
+                endpoint,
+                params.name,
+                params.arguments or {},
+                session_of(ctx, token),
+                local,
+                client_asks=client_asks(ctx),
+            )
+        except calls.CallError as exc:
+            if exc.status == 404:
+                raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name}") from None
+            if exc.status == AMBIGUOUS:
+                raise MCPError(INVALID_PARAMS, exc.message) from None
+            return text_result(exc.message, True)
+        await calls.submit(call, local)
+    held = await hold_or_ask(ctx, call, token, retry=params.request_state is not None)
+    if isinstance(held, dict):
+        return held
+    return await call_result(held)
+
+
+def client_asks(ctx) -> str:
+    """The elicitation modes this request's client can answer (`relay.asks_of`); none when a
+    2025 request has no stream for the console's own requests."""
+    if not is_modern(ctx) and not ctx.session.can_send_request:
+        return ""
+    return relay.asks_of(ctx.session.client_capabilities)
+
+
+async def _answered(ctx, params, token: ApiToken) -> ToolCall:
+    """A 2026-07-28 client's retry with `requestState` and `inputResponses`: the state is
+    checked (nothing goes upstream for a bad one), the answer goes to the question, and the
+    call it is bound to is the one held again."""
     try:
-        call = await db.write(
-            _create, token, endpoint, params.name, params.arguments or {}, session_of(ctx, token), local
-        )
-    except calls.CallError as exc:
-        if exc.status == 404:
-            raise MCPError(INVALID_PARAMS, f"unknown tool: {params.name}") from None
-        if exc.status == AMBIGUOUS:
-            raise MCPError(INVALID_PARAMS, exc.message) from None
-        return text_result(exc.message, True)
-    await calls.submit(call, local)
-    call = await hold(ctx, call)
-    return await call_result(call)
+        state = relay.verify(params.request_state, token.pk)
+    except relay.StateError as exc:
+        raise MCPError(INVALID_PARAMS, str(exc)) from None
+    call = await calls.get(state.call_id)
+    if call is None:
+        raise MCPError(INVALID_PARAMS, "invalid requestState")
+    answer = (params.input_responses or {}).get(state.question_id.hex)
+    if answer is not None:
+        body = answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+        try:
+            await db.run(questions.relayed, state.question_id, body)
+        except calls.CallError as exc:
+            # Ended meanwhile (the call ended, the question was cancelled): the call says how.
+            log.info("call %s: answer to question %s not taken: %s", call.id, state.question_id, exc.message)
+    return call
 
 
 def registered_of(endpoint: str, name: str) -> str | None:
@@ -117,14 +161,25 @@ def registered_of(endpoint: str, name: str) -> str | None:
     return None
 
 
-def _create(token, endpoint: str, name: str, arguments: dict, session_id: str, local=None) -> ToolCall:
+def _create(
+    token, endpoint: str, name: str, arguments: dict, session_id: str, local=None, client_asks: str = ""
+) -> ToolCall:
     """The call of the tool behind the exposed name, through the gate (one database hop). The
     endpoint's view narrows it as the token's views do (`calls.create(within=...)`)."""
     own = catalog.within(endpoint)
 
     def create(registered: str) -> ToolCall:
         return calls.create(
-            token, "", registered, arguments, session_id, Mode.CONFIRM, via=Via.MCP, local=local, within=own
+            token,
+            "",
+            registered,
+            arguments,
+            session_id,
+            Mode.CONFIRM,
+            via=Via.MCP,
+            local=local,
+            within=own,
+            client_asks=client_asks,
         )
 
     registered = registered_of(endpoint, name)
@@ -211,6 +266,16 @@ async def hold(ctx, call: ToolCall) -> ToolCall:
     and passing on upstream progress while it runs, when the request asked for progress. The
     client going away (its request cancelled) cancels the call: out of the inbox at once if
     pending, cancelled upstream if running (SPEC 13.3)."""
+    held = await hold_or_ask(ctx, call, None)
+    assert isinstance(held, ToolCall)  # nothing is relayed without a token
+    return held
+
+
+async def hold_or_ask(ctx, call: ToolCall, token: ApiToken | None, retry: bool = False) -> ToolCall | dict:
+    """`hold`, relaying the call's `asked` questions to this client meanwhile (SPEC 20.4,
+    `relay`): a 2025 client is asked on this request's stream and the call held on; for a
+    2026-07-28 client the request ends with an `InputRequiredResult` (returned here as its
+    dict), the call still running until the client's retry holds it again."""
     meta = (ctx.params or {}).get("_meta")
     wants_progress = isinstance(meta, dict) and meta.get("progressToken") is not None
     # The confirmation's own page, on the Pending page's address (SPEC 13.3, 15).
@@ -231,18 +296,36 @@ async def hold(ctx, call: ToolCall) -> ToolCall:
     sid = None if is_modern(ctx) else ctx.request.headers.get("mcp-session-id")
     local = local_of(ctx)
     done = False
+    asking: dict | None = None
+
+    async def wait() -> None:
+        nonlocal call
+        call = await calls.wait(
+            call,
+            math.inf,
+            on_progress=progress if wants_progress else None,
+            on_heartbeat=heartbeat if wants_progress else None,
+            local=local,
+        )
+
     try:
         with anyio.CancelScope() as scope:
             if sid and ctx.request_id is not None:
                 key = Inflight.key(sid, ctx.request_id)
                 INFLIGHT.add(key, scope)
-            call = await calls.wait(
-                call,
-                math.inf,
-                on_progress=progress if wants_progress else None,
-                on_heartbeat=heartbeat if wants_progress else None,
-                local=local,
-            )
+            if token is None or not call.client_asks or call.ended:
+                await wait()
+            else:
+                async with anyio.create_task_group() as tg:
+
+                    async def relaying() -> None:
+                        nonlocal asking
+                        asking = await _relay(ctx, call, token, retry)
+                        tg.cancel_scope.cancel()  # a 2026 question ends this request
+
+                    tg.start_soon(relaying)
+                    await wait()
+                    tg.cancel_scope.cancel()
             done = True
         if not done:
             log.info("call %s: the MCP client went away", call.id)
@@ -253,11 +336,97 @@ async def hold(ctx, call: ToolCall) -> ToolCall:
             with anyio.CancelScope(shield=True):
                 await _abandon(call, local)
                 call = await calls.get(call.id) or call
-    return call
+    return asking if asking is not None and not call.ended else call
+
+
+async def _relay(ctx, call: ToolCall, token: ApiToken, look_first: bool) -> dict:
+    """Relay the call's `asked` questions to this client as they come, one at a time, until
+    the call ends (this task is then cancelled). A 2025 client is asked on this request's
+    stream and its answer given to the question; for a 2026-07-28 client the answer is the
+    `InputRequiredResult` this request ends with. The database is looked at when told of a
+    question (`call.question` on the call's group, not its progress), every RELAY_POLL
+    seconds in case a message went missing, and first when `look_first` (a retry: the next
+    question may have come before this request)."""
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    group = control.call_group(str(call.id))
+    await layer.group_add(group, channel)
+    look = look_first
+    try:
+        while True:
+            question = await db.run(_asked_of, call.id) if look else None
+            if question is not None:
+                if is_modern(ctx):
+                    return _input_required(question, call, token)
+                await _ask_2025(ctx, question)
+                continue
+            look = True
+            with anyio.move_on_after(RELAY_POLL):
+                event = await layer.receive(channel)
+                look = event.get("type") == "call.question"
+                if event.get("type") == "question.complete" and not is_modern(ctx):
+                    # The server's URL question was done out of band: the client is told
+                    # too (2025 only: 2026-07-28 has no such notification).
+                    await ctx.session.send_elicit_complete(
+                        event["elicitation_id"], related_request_id=ctx.request_id
+                    )
+    finally:
+        with anyio.CancelScope(shield=True):
+            await layer.group_discard(group, channel)
+
+
+RELAY_POLL = 5.0  # seconds between looks for a question nobody told the door of
+
+
+def _asked_of(call_id) -> Question | None:
+    return (
+        Question.objects.filter(call_id=call_id, status=QuestionStatus.ASKED).order_by("created_at").first()
+    )
+
+
+async def _ask_2025(ctx, question: Question) -> None:
+    """`elicitation/create` on this request's stream; whatever the client answers (or a
+    refusal: cancel) goes to the question."""
+    try:
+        if question.mode == "url":
+            result = await ctx.session.elicit_url(
+                question.message,
+                question.url,
+                question.elicitation_id or question.id.hex,
+                related_request_id=ctx.request_id,
+            )
+        else:
+            result = await ctx.session.elicit_form(
+                question.message, question.schema or {}, related_request_id=ctx.request_id
+            )
+        answer = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    except MCPError as exc:
+        log.info("question %s: the client refused it: %s", question.id, exc.error.message)
+        answer = {"action": "cancel"}
+    try:
+        await db.run(questions.relayed, question.id, answer)
+    except calls.CallError as exc:
+        log.info("question %s: answer not taken: %s", question.id, exc.message)
+
+
+def _input_required(question: Question, call: ToolCall, token: ApiToken) -> dict:
+    """The `InputRequiredResult` asking a 2026-07-28 client the question, keyed by its id."""
+    return {
+        "resultType": "input_required",
+        "inputRequests": {
+            question.id.hex: {"method": "elicitation/create", "params": relay.request_of(question)}
+        },
+        "requestState": relay.sign(call.id, question.id, token.pk),
+    }
 
 
 async def _abandon(call: ToolCall, local: calls.LocalSupervisor | None) -> None:
     """Nobody waits for this call any more: cancel it (SPEC 13.3)."""
+    try:
+        # Its questions leave the inbox (or the client's hands) at once (SPEC 20.4).
+        await db.run(questions.cancel_for_call, call.id)
+    except Exception:
+        log.exception("could not cancel the questions of abandoned call %s", call.id)
     try:
         await calls.stop(call.id, local)
     except calls.CallError:

@@ -1,18 +1,38 @@
 """Running one approved call on its server's session: a tool call, a prompt get or a resource
 read (`ToolCall.kind`); timeout (with progress for tools), cancel, retry once on a renewed
-session, convert and store the result (SPEC 4, 6, 20.3)."""
+session, convert and store the result (SPEC 4, 6, 20.3); and the questions its server asks
+meanwhile (SPEC 20.4, `Asking`).
+
+A server asks in one of two ways. On a 2025 session it sends `elicitation/create` while the
+call runs: the session's elicitation callback (`ServerSession._on_elicit`) hands it to the
+`Asking` of the call it belongs to. On 2026-07-28 the call answers an `InputRequiredResult`:
+the runner drives the rounds itself (`call_tool(..., allow_input_required=True)`, then the
+same call again with `input_responses` and `request_state`), asking each question in turn.
+Either way the question is recorded (`questions.ask`: relayed to the MCP client that made the
+call when it can answer that mode, else the inbox), waited for (`questions.wait_answer`), and
+what a person or the client answered goes back to the server.
+"""
 
 import asyncio
 import json
 import logging
+import math
 
 import anyio
 from django.conf import settings
 
-from .. import calls, control, db, gate, oauth, results
+from .. import calls, control, db, gate, oauth, questions, results
 from ..choices import CallKind, CallStatus, Via
 from ..models import ToolCall
-from .session import NEEDS_AUTHORIZATION, SessionHost, describe, is_session_lost, upstream_error
+from .session import (
+    ASKING,
+    NEEDS_AUTHORIZATION,
+    SessionHost,
+    describe,
+    is_session_lost,
+    not_offered,
+    upstream_error,
+)
 
 log = logging.getLogger("mcpcore.supervisor")
 
@@ -32,7 +52,12 @@ async def run_claimed(sup: SessionHost, call: ToolCall) -> ToolCall | None:
     stored (None when it was ended meanwhile by someone else, say a cancel)."""
     call_id = str(call.id)
     try:
-        status, text, extra = await _execute(sup, call)
+        try:
+            status, text, extra = await _execute(sup, call)
+        finally:
+            # A question still open when its call ends has nobody left to answer to (SPEC 20.4).
+            with anyio.CancelScope(shield=True):
+                await _close_questions(call)
     except asyncio.CancelledError:
         stopping = sup.stopping
         status, text = (
@@ -61,13 +86,25 @@ async def _execute(sup: SessionHost, call: ToolCall) -> tuple[str, str, dict]:
         )
     timeout = session.call_timeout or settings.AGENVOY_CALL_TIMEOUT
     session.active_calls += 1
+    asking = Asking(call, timeout)
+    session.asking[str(call.id)] = asking
+    token = ASKING.set(asking)
     try:
-        return await _attempts(session, call, timeout)
+        return await _attempts(session, call, timeout, asking)
     finally:
+        ASKING.reset(token)
+        session.asking.pop(str(call.id), None)
         session.active_calls -= 1
 
 
-async def _attempts(session, call: ToolCall, timeout: float) -> tuple[str, str, dict]:
+async def _close_questions(call: ToolCall) -> None:
+    try:
+        await db.run(questions.cancel_for_call, call.id)
+    except Exception:
+        log.exception("could not cancel the open questions of call %s", call.id)
+
+
+async def _attempts(session, call: ToolCall, timeout: float, asking: "Asking") -> tuple[str, str, dict]:
     for attempt in (1, 2):
         if session.error == NEEDS_AUTHORIZATION and not session.ready.is_set():
             return CallStatus.ERROR, oauth.needs_authorization(call.server_name), {"is_error": True}
@@ -80,7 +117,7 @@ async def _attempts(session, call: ToolCall, timeout: float) -> tuple[str, str, 
                 {"is_error": True},
             )
         try:
-            result = await _call(client, call, timeout)
+            result = await _call(client, call, timeout, asking)
         except CallTimeout:
             return CallStatus.ERROR, gate.timeout_text(call.tool_name, timeout), {"is_error": True}
         except Exception as exc:
@@ -100,12 +137,15 @@ async def _attempts(session, call: ToolCall, timeout: float) -> tuple[str, str, 
 READS = (CallKind.PROMPT, CallKind.RESOURCE)
 
 
-async def _call(client, call: ToolCall, timeout: float):
+async def _call(client, call: ToolCall, timeout: float, asking: "Asking | None" = None):
     """The call's request with a deadline; for a tool, progress notifications push it back,
-    up to the cap."""
+    up to the cap. While a person is asked a question of the call, its deadline is off
+    (`Asking`)."""
+    asking = asking or Asking(call, timeout)
     if call.kind in READS:
         with anyio.CancelScope() as scope:
             scope.deadline = anyio.current_time() + timeout
+            asking.timed(scope, math.inf)
             if call.kind == CallKind.PROMPT:
                 result = await client.get_prompt(call.tool, call.arguments or {})
             else:
@@ -114,23 +154,181 @@ async def _call(client, call: ToolCall, timeout: float):
             raise CallTimeout()
         return result
     loop_time = anyio.current_time
-    cap_at = loop_time() + settings.AGENVOY_CALL_MAX_SECONDS
     with anyio.CancelScope() as scope:
-        scope.deadline = min(loop_time() + timeout, cap_at)
+        asking.timed(scope, loop_time() + settings.AGENVOY_CALL_MAX_SECONDS)
+        asking.push_back()
 
         async def on_progress(progress, total, message) -> None:
-            scope.deadline = min(loop_time() + timeout, cap_at)
+            asking.push_back()
+            asking.last = progress
             if call.via == Via.MCP:
-                # Whoever holds the MCP request (in any web process) passes it on (SPEC 13.3).
-                await control.asend_group(
-                    control.call_group(str(call.id)),
-                    {"type": "call.progress", "progress": progress, "total": total, "message": message},
-                )
+                # Whoever holds the MCP request (in any web process) passes it on (SPEC 13.3),
+                # after the console's own messages of waiting (`Asking.offset`).
+                offset = asking.offset
+                await asking.progress(progress + offset, None if total is None else total + offset, message)
 
-        result = await client.call_tool(call.tool, call.arguments, progress_callback=on_progress)
+        result = await _rounds(client, call, asking, on_progress)
     if scope.cancelled_caught:
         raise CallTimeout()
     return result
+
+
+async def _rounds(client, call: ToolCall, asking: "Asking", on_progress):
+    """`tools/call` until it has a result: a 2026-07-28 server may answer `InputRequiredResult`
+    instead, whose questions are asked in order (`Asking.answer`), and the call is made again
+    with the answers and the server's `request_state` (SPEC 20.4). A 2025 server never does
+    (it asks through `elicitation/create` meanwhile)."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import HEADER_MISMATCH, InputRequiredResult
+
+    responses, state = None, None
+    for _ in range(ROUNDS):
+        try:
+            result = await client.session.call_tool(
+                call.tool,
+                call.arguments,
+                progress_callback=on_progress,
+                input_responses=responses,
+                request_state=state,
+                allow_input_required=True,
+            )
+        except MCPError as exc:
+            if exc.error.code != HEADER_MISMATCH:
+                raise
+            # The SDK's own recovery (`Client.call_tool`): the tool's listed schema is stale,
+            # so list it again and send the same round once more.
+            await client._relist_tool(call.tool)
+            result = await client.session.call_tool(
+                call.tool,
+                call.arguments,
+                progress_callback=on_progress,
+                input_responses=responses,
+                request_state=state,
+                allow_input_required=True,
+            )
+        if not isinstance(result, InputRequiredResult):
+            return result
+        answered = {}
+        for key, request in (result.input_requests or {}).items():
+            answered[key] = await asking.answer(request)
+        responses, state = answered or None, result.request_state
+    raise RuntimeError(f"the server asked for input more than {ROUNDS} times")
+
+
+ROUNDS = 10  # input_required rounds of one call, as the SDK's own driver allows
+WAITING = "waiting for an answer to {server}'s question"
+# How long a question relayed to an MCP client is waited for at most: a 2026-07-28 client's
+# `requestState` lives 10 minutes, and a person in the inbox has the confirm timeout.
+RELAYED_FOR = 600.0
+
+
+class Asking:
+    """The questions of one running call (SPEC 20.4), asked one at a time in the order the
+    server asked them. While one is open the call's own timeout does not run (the question
+    has its own: the confirm timeout in the inbox); it starts afresh once answered, and the
+    cap on the call's whole time is pushed back by the time spent asking. A call that came
+    in on `/mcp` is told `waiting for an answer to <server>'s question` every few seconds,
+    through its group as upstream progress is, so the client's timers keep being reset."""
+
+    def __init__(self, call: ToolCall, timeout: float) -> None:
+        self.call = call
+        self.call_id = str(call.id)
+        # Its URL questions' ids, for the server's `notifications/elicitation/complete`.
+        self.elicitation_ids: set[str] = set()
+        self.timeout = timeout
+        self.scope: anyio.CancelScope | None = None
+        self.cap_at = math.inf
+        self.paused = False
+        # Progress values: the last the server sent, and how many of the console's own
+        # messages went before (added to the server's later ones: progress must increase).
+        self.last: float = 0
+        self.offset = 0
+        self._turn = asyncio.Lock()
+
+    @property
+    def busy(self) -> bool:
+        return self._turn.locked()
+
+    def timed(self, scope: anyio.CancelScope, cap_at: float) -> None:
+        self.scope, self.cap_at = scope, cap_at
+
+    def push_back(self) -> None:
+        """The call's deadline `timeout` from now (up to the cap), unless a person is asked."""
+        if self.scope is not None and not self.paused:
+            self.scope.deadline = min(anyio.current_time() + self.timeout, self.cap_at)
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        await control.asend_group(
+            control.call_group(str(self.call.id)),
+            {"type": "call.progress", "progress": progress, "total": total, "message": message},
+        )
+
+    async def answer(self, request):
+        """The answer to one input request of an `InputRequiredResult`: an elicitation is
+        asked; sampling and roots are not offered (-32601, the call fails)."""
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import ElicitRequest, ElicitResult
+
+        if not isinstance(request, ElicitRequest):
+            error = not_offered(request.method)
+            raise MCPError(error.code, error.message)
+        got = await self.elicit(request.params)
+        if not isinstance(got, ElicitResult):
+            raise MCPError(got.code, got.message)
+        return got
+
+    async def elicit(self, params):
+        """Ask the person one question (`mcp_types.ElicitRequestParams`) and give back what
+        goes to the server (`ElicitResult`)."""
+        from mcp_types import ElicitResult
+
+        async with self._turn:
+            started = anyio.current_time()
+            self.paused = True
+            if self.scope is not None:
+                self.scope.deadline = math.inf
+            try:
+                answer = await self._asked(params)
+            finally:
+                self.paused = False
+                self.cap_at += anyio.current_time() - started
+                self.push_back()
+        return ElicitResult.model_validate(answer)
+
+    async def _asked(self, params) -> dict:
+        call = self.call
+        url_mode = getattr(params, "mode", "form") == "url"
+        if url_mode and params.elicitation_id:
+            self.elicitation_ids.add(params.elicitation_id)
+        question = await db.run(
+            questions.ask,
+            call.id,
+            call.server_name,
+            "url" if url_mode else "form",
+            params.message,
+            schema=None if url_mode else params.requested_schema,
+            url=params.url if url_mode else "",
+            elicitation_id=(params.elicitation_id or "") if url_mode else "",
+        )
+        async with anyio.create_task_group() as tg:
+            if call.via == Via.MCP:
+                tg.start_soon(self._waiting)
+            ended = await questions.wait_answer(
+                question, max(float(settings.AGENVOY_CONFIRM_TIMEOUT), RELAYED_FOR)
+            )
+            tg.cancel_scope.cancel()
+        if ended.status in questions.OPEN:
+            # Nobody answered in time: the question ends, the server gets a cancel.
+            await db.run(questions.cancel_for_call, call.id)
+            return {"action": "cancel"}
+        return questions.result_for_server(ended)
+
+    async def _waiting(self) -> None:
+        message = WAITING.format(server=self.call.server_name)
+        while True:
+            self.offset += 1
+            await self.progress(self.last + self.offset, None, message)
+            await anyio.sleep(calls.HEARTBEAT)
 
 
 def _store(result, call: ToolCall | None = None) -> tuple[str, str, dict]:

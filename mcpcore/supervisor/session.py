@@ -7,12 +7,13 @@ client while `ready` is set; a session is published only after its handshake and
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import math
 import random
 import uuid
 from collections.abc import Callable
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 import anyio
 from django.conf import settings
@@ -48,6 +49,34 @@ REFRESHING = (
     "notifications/prompts/list_changed",
     "notifications/resources/list_changed",
 )
+
+
+class Asker(Protocol):
+    """What the session needs of a running call to ask its questions (`runner.Asking`): its
+    call's id, whether it is asking now, the elicitation ids of its URL questions."""
+
+    call_id: str
+    elicitation_ids: set[str]
+
+    @property
+    def busy(self) -> bool: ...
+
+    async def elicit(self, params: Any) -> Any: ...
+
+
+# The call a task runs, for questions asked from inside its own task: the SDK's 2026-07-28
+# driver of a prompt get or resource read asks from there (a tool call's rounds are the
+# runner's own); 2025 questions come from the session's receiving task (`_asker_for`).
+ASKING: contextvars.ContextVar["Asker | None"] = contextvars.ContextVar("agenvoy_asking", default=None)
+METHOD_NOT_FOUND = -32601
+
+
+def not_offered(method: str):
+    """The JSON-RPC error for what the console does not offer its servers: sampling and roots
+    (deprecated by 2026-07-28; SPEC 20.4)."""
+    from mcp_types import ErrorData
+
+    return ErrorData(code=METHOD_NOT_FOUND, message=f"{method} is not offered by this client")
 
 
 class SessionHost(Protocol):
@@ -181,6 +210,8 @@ class ServerSession:
         # Reply channels of `resource.subscribe` requests, told once the set is followed
         # upstream (an update published before that would be lost: listen has no replay).
         self._subscribe_replies: list[str] = []
+        # The calls running on this session that may ask questions, by call id, oldest first.
+        self.asking: dict[str, Asker] = {}
 
     def describe(self, exc: BaseException) -> str:
         """`describe(exc)` with this server's secret values masked (SPEC 12.3)."""
@@ -384,6 +415,8 @@ class ServerSession:
             cache=None,
             mode="auto",
             extensions=[advertise(APPS_EXTENSION, APPS_SETTINGS)],
+            # With a callback the SDK declares elicitation with `form` and `url` (SPEC 20.4).
+            elicitation_callback=self._on_elicit,
         )
         # A few connects at a time: a hundred servers starting together on two cores would
         # all run out their connect time at once, and again on every retry.
@@ -392,6 +425,7 @@ class ServerSession:
                 # The connect bound covers the handshake and first listing, then is lifted.
                 scope.deadline = anyio.current_time() + settings.AGENVOY_CONNECT_TIMEOUT
                 async with client:
+                    _refuse_sampling_and_roots(client)
                     await self._register(client, connecting=True)
                     scope.deadline = math.inf
                     release()
@@ -595,10 +629,43 @@ class ServerSession:
             uri = _updated_uri(message)
             if uri:
                 await self._updated(uri)
+        elif method == "notifications/elicitation/complete":
+            await self._completed(getattr(getattr(message, "params", None), "elicitation_id", None))
         elif isinstance(message, Exception):
             log.info("server %s: transport message: %s", self.name, self.describe(message))
             if is_session_lost(message):
                 self._lost.set()
+
+    async def _on_elicit(self, ctx, params):
+        """A server's question (2025: `elicitation/create`; 2026-07-28: an elicitation inside
+        an `InputRequiredResult` the SDK drives): asked by the call it belongs to."""
+        from mcp_types import INVALID_REQUEST, ErrorData
+
+        asker = ASKING.get() or self._asker_for()
+        if asker is None:
+            return ErrorData(code=INVALID_REQUEST, message="no call of this client is running on this server")
+        return await asker.elicit(params)
+
+    async def _completed(self, elicitation_id) -> None:
+        """A 2025 server's URL question done out of band: whoever holds the call's MCP request
+        tells its client (SPEC 20.4)."""
+        asker = next((a for a in self.asking.values() if elicitation_id in a.elicitation_ids), None)
+        if asker is not None:
+            await control.asend_group(
+                control.call_group(asker.call_id),
+                {"type": "question.complete", "elicitation_id": elicitation_id},
+            )
+
+    def _asker_for(self) -> "Asker | None":
+        """The call a 2025 `elicitation/create` belongs to. The server sends it on the call's
+        own request (`related_request_id`: its POST's response stream), but the client side
+        of the SDK does not say which one: with one call in flight it is that one; with
+        several, the oldest not already waiting for an answer (a call asks one question at a
+        time), else the oldest."""
+        running = list(self.asking.values())
+        if not running:
+            return None
+        return next((a for a in running if not a.busy), running[0])
 
     async def _list_all(self, client: Client, method: str = "tools/list") -> list:
         """Every page of one listing, bypassing the client's cache, bounded; a repeated cursor
@@ -711,6 +778,23 @@ class ServerSession:
         for fut in waiting:
             if not fut.done():
                 fut.set_result(outcome)
+
+
+def _refuse_sampling_and_roots(client: Client) -> None:
+    """Answer a server's sampling and roots requests with -32601 (SPEC 20.4). The SDK answers
+    them -32600 unless a callback is given, and a callback would declare the capability: so
+    the session's dispatch of server requests is wrapped instead, the capabilities untouched."""
+    import mcp_types as types
+
+    session = client.session
+    dispatch = session.dispatch_input_request
+
+    async def refusing(ctx, request):
+        if isinstance(request, (types.CreateMessageRequest, types.ListRootsRequest)):
+            return not_offered(request.method)
+        return await dispatch(ctx, request)
+
+    session.dispatch_input_request = refusing  # type: ignore[method-assign]
 
 
 def _updated_uri(message) -> str:

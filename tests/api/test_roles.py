@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
-from mcpcore import calls
+from mcpcore import calls, questions
 from mcpcore.api import auth
 from mcpcore.models import ApiToken, Server, SessionAllowance, Tool, ToolCall
 from tests.live import at_once, our_server
@@ -54,6 +54,7 @@ EXPECT: dict[tuple[str, str], dict] = {
     },
     ("api-pending", "GET"): same(OK),
     ("api-confirm", "POST"): {"agent": denied("reply to confirmations"), "approver": OK, "admin": OK},
+    ("api-pending-answer", "POST"): {"agent": denied("reply to confirmations"), "approver": OK, "admin": OK},
     ("api-mcp", "GET"): admin_only("read server configuration"),
     ("api-mcp", "POST"): admin_only("change servers", (400, "name is required")),
     ("api-mcp-remove", "POST"): admin_only("change servers", (404, "server not found")),
@@ -79,6 +80,7 @@ BODIES = {
     "api-views-remove": {"name": "nope"},
     "api-mcp-authorize": {"name": "nope"},
     "api-confirm": {"approve": False, "reason": "no"},
+    "api-pending-answer": {"action": "decline"},
     "api-rules": {"rules": []},
 }
 
@@ -158,6 +160,11 @@ def _path(name: str, call: ToolCall) -> str:
         kwargs = {"session_id": call.session_id, "confirm_id": str(call.confirm_id)}
     elif name == "api-grant-revoke":
         kwargs = {"grant_id": "1"}
+    elif name == "api-pending-answer":
+        # A question the server of `call` asks (the call left as it is: only the question is
+        # the pending item here).
+        question = questions.ask(call.id, "srv", "form", "Go on?", {"type": "object", "properties": {}})
+        kwargs = {"question_id": str(question.id)}
     return reverse(name, kwargs=kwargs)
 
 
