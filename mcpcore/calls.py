@@ -149,8 +149,10 @@ def rules_in_force() -> rules.RuleSet:
     return _rules["set"]
 
 
-def rule_for(tool_name: str, arguments: dict) -> tuple[str, str] | None:
-    rule = rules_in_force().check(tool_name, arguments)
+def rule_for(tool_name: str, arguments: dict, form: str | None = None) -> tuple[str, str] | None:
+    """(decision, line) of the rule that decides a call checked under `tool_name`, or None;
+    `form` as `RuleSet.check` takes it."""
+    rule = rules_in_force().check(tool_name, arguments, form)
     return (rule.decision, rule.text) if rule is not None else None
 
 
@@ -799,7 +801,8 @@ def create_permission_prompt(
         Mode.CONFIRM,  # modes do not apply to permission prompts, nor does allow_tool (13.5)
         allowed=lambda: False,
         session_allowed=lambda: session_allowed(token, session_id),
-        rule=lambda: rule_for(tool_name, tool_input),
+        # The agent names its own tool: a `prompt:...` name must not escape the plain rules.
+        rule=lambda: rule_for(tool_name, tool_input, rules.PLAIN),
         granted=lambda: bool(grant_kind()),
     )
     call.rule = decision.rule
@@ -1020,7 +1023,7 @@ def _count_end_of(call_id) -> None:
 
 def _count_reply(call: ToolCall) -> None:
     """A person's (or one tap's) decision: the confirmation, and the call if that ended it."""
-    outcome = "approved" if call.decision in ("approve", "remember", "session") else "denied"
+    outcome = "approved" if call.decision in ("approve", "remember", "session", "grant") else "denied"
     created_at, decided_at = call.created_at, call.decided_at
     db.on_commit(lambda: metrics.confirmation_ended(outcome, created_at, decided_at))
     if call.ended:

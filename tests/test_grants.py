@@ -172,3 +172,25 @@ def test_it_shows_approve_for_1_hour_on_the_inbox_and_the_confirmation_page(tool
         assert re.search(
             r'<button type="submit" name="action" value="hour"[^>]*>Approve for 1 hour</button>', html
         )
+
+
+def test_it_counts_an_approval_for_a_while_as_approved(agents, django_capture_on_commit_callbacks):
+    """`Approve for 1 hour` is a person's approval (SPEC 18.3's `approved`), not a denial."""
+    from mcpcore import metrics
+
+    def counted(outcome: str) -> float:
+        return metrics.confirmations.labels(outcome)._value.get()
+
+    before = counted("approved"), counted("denied")
+    prompt = calls.create_permission_prompt(agents["laptop"][0], "Bash", {}, "mcp:s1")
+    with django_capture_on_commit_callbacks(execute=True):
+        calls.reply("mcp:s1", str(prompt.confirm_id), {"approve": True, "remember_for": 600}, "op")
+    assert (counted("approved"), counted("denied")) == (before[0] + 1, before[1])
+
+
+def test_it_keeps_a_permission_prompt_named_like_a_form_under_the_plain_rules(agents, agenvoy_home):
+    """An agent names its own tools: `prompt:x` is a plain name for the rules, so `deny *`
+    still holds it (a form's rules decide only the console's own prompt gets)."""
+    (agenvoy_home / "rules").write_text("deny *\n")
+    prompt = calls.create_permission_prompt(agents["laptop"][0], "prompt:mcp__x__y", {}, "mcp:s1")
+    assert (prompt.status, prompt.result) == ("skipped", "Denied by rule: deny *")
