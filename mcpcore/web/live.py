@@ -6,7 +6,6 @@ event with htmx out-of-band fragments for that page only, from one query. The vi
 same fragments from the same functions, so a push and a reload show the same thing.
 """
 
-import datetime
 import hashlib
 import json
 from urllib.parse import parse_qs, urlsplit
@@ -117,37 +116,30 @@ def question_item(question: Question, now=None) -> dict:
 
 
 def _shown_default(f: elicitation.Field) -> str:
-    """A field's default as its input's value (a `datetime-local` input takes no zone)."""
+    """A field's default as its input's value (none for a boolean or several choices)."""
     value = f.default
-    if value is None or isinstance(value, (list, dict)):
+    if value is None or isinstance(value, (bool, list, dict)):
         return ""
-    if isinstance(value, bool):
-        return ""
-    if f.format == "date-time" and isinstance(value, str):
-        try:
-            when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return ""
-        if when.tzinfo is not None:
-            when = when.astimezone(datetime.UTC)
-        return when.strftime("%Y-%m-%dT%H:%M")
     return str(value)
 
 
 def form_field(question: Question, index: int, f: elicitation.Field) -> dict:
     """One field of a question's form as the page renders it: element ids unique on the page
     (a field's name may hold anything), the default as the input's value, and choices with
-    theirs preselected."""
+    theirs preselected. A single choice is a select, not radio buttons: a radio group is one
+    Tab stop, the rest reached by arrow keys, which a person filling a form may not guess."""
     base = f"q-{question.id}-{index}"
+    options = [
+        {"value": value, "label": label, "id": f"{base}-{j}", "checked": f.chosen(value)}
+        for j, (value, label) in enumerate(f.options)
+    ]
     return {
         "f": f,
         "id": base,
         "value": _shown_default(f),
         "checked": f.default is True,
-        "options": [
-            {"value": value, "label": label, "id": f"{base}-{j}", "checked": f.chosen(value)}
-            for j, (value, label) in enumerate(f.options)
-        ],
+        "options": options,
+        "has_choice": any(o["checked"] for o in options),
     }
 
 
