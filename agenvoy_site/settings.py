@@ -212,6 +212,17 @@ AGENVOY_RESULT_DAYS = _days("AGENVOY_RESULT_DAYS", 30)
 AGENVOY_AUDIT_DAYS = _days("AGENVOY_AUDIT_DAYS", 400)
 # Client addresses that may read /metrics without a token (SPEC 18.3).
 AGENVOY_METRICS_ALLOW = _networks("AGENVOY_METRICS_ALLOW")
+# Apps that sign in (SPEC 21): their access tokens' lifetime, 60 s to a day; and whether a
+# Client ID Metadata Document may be fetched from a private address (tests on loopback).
+AGENVOY_OAUTH_ACCESS_SECONDS = _number(
+    "AGENVOY_OAUTH_ACCESS_SECONDS",
+    3600,
+    int,
+    "a whole number of seconds",
+    lambda v: 60 <= v <= 86400,
+    "from 60 to 86400 seconds",
+)
+AGENVOY_OAUTH_ALLOW_PRIVATE = _bool("AGENVOY_OAUTH_ALLOW_PRIVATE", False)
 if AGENVOY_CALL_MAX_SECONDS < AGENVOY_CALL_TIMEOUT:
     raise ImproperlyConfigured("AGENVOY_CALL_MAX_SECONDS must not be below AGENVOY_CALL_TIMEOUT")
 

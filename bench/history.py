@@ -145,6 +145,8 @@ def run() -> list[Figure]:
         ("by tool (a part of many names)", "/history/?tool=tool_00", b"tool_00"),
         ("by tool matching nothing", "/history/?tool=no_such_tool", b""),
         ("by server and status", "/history/?server=srv5&status=error", b"srv5"),
+        ("by kind (common: tool)", "/history/?kind=tool", b"tool_"),
+        ("by kind (rare: prompt, none here)", "/history/?kind=prompt", b""),
         (
             "a page far back",
             "/history/?before=2000-01-01T00:00:00.000000Z~00000000-0000-0000-0000-000000000000",

@@ -38,6 +38,7 @@ BENCHES = [
     "toolviews",
     "audit",
     "mcp_lists",
+    "apptokens",
 ]
 
 

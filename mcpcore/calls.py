@@ -586,6 +586,13 @@ def reply(
     answer = checked(schemas.Reply, body, ReplyError)
     reason = answer.reason
     grant_for = int(answer.remember_for or 0)
+    if call.is_prompt_or_resource and answer.approve and (answer.remember or answer.allow_turn or grant_for):
+        # Only an `ask` rule holds these, and it outranks allow_tool, allowances and grants
+        # (SPEC 14.2): remembering would write nothing that lets the next one run (docs/decisions.md).
+        raise ReplyError(
+            f"a {call.kind} call is approved once or denied: remember, allow_turn and remember_for do not apply",
+            400,
+        )
     now = timezone.now()
     if call.status == CallStatus.PENDING and call.expires_at and call.expires_at <= now:
         expire(call.id)

@@ -420,6 +420,80 @@ class ApiToken(models.Model):
         return self.revoked_at is None
 
 
+class AppClient(models.Model):
+    """An app known to the console as an OAuth authorization server (SPEC 21.2): registered
+    through `POST /register` (RFC 7591), or read from its Client ID Metadata Document (an
+    `https` client_id, `document`; the row is that document kept, read again after 5 minutes).
+    A registered client nobody allowed (`allowed_at` unset) is dropped after 24 hours."""
+
+    client_id = models.CharField(max_length=2000, unique=True)
+    name = models.CharField(max_length=200, default="")
+    redirect_uris = models.JSONField(default=list)
+    auth_method = models.CharField(max_length=30, default="none")
+    secret = models.TextField(default="", blank=True)  # sealed (mcpcore.oauth.seal); "" for none
+    document = models.BooleanField(default=False)
+    address = models.CharField(max_length=64, default="", blank=True)  # who registered it
+    created_at = models.DateTimeField(default=timezone.now)
+    fetched_at = models.DateTimeField(null=True, blank=True)
+    allowed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["address", "created_at"])]
+
+    def __str__(self) -> str:
+        return self.name or self.client_id
+
+
+class AppGrant(models.Model):
+    """One app allowed by one person (SPEC 21.4): it owns a real agent `ApiToken` (named
+    `<client name> (app of <person>)`, limited to the chosen views) that the app's access
+    tokens stand for, so an app is exactly a token of that role and those views."""
+
+    client = models.ForeignKey(AppClient, on_delete=models.CASCADE, related_name="grants")
+    user = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="app_grants")
+    token = models.OneToOneField(ApiToken, on_delete=models.CASCADE, related_name="app_grant")
+    resource = models.CharField(max_length=300)  # the endpoint's path: /mcp, /mcp/<server>, ...
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.token.name
+
+
+class AppCode(models.Model):
+    """An authorization code (SPEC 21.3), kept only as its SHA-256: single use, 60 seconds,
+    bound to its client, redirect URI, PKCE challenge, resource and grant."""
+
+    code_hash = models.CharField(max_length=64, unique=True)
+    grant = models.ForeignKey(AppGrant, on_delete=models.CASCADE, related_name="codes")
+    redirect_uri = models.CharField(max_length=2000)
+    redirect_uri_explicit = models.BooleanField(default=True)
+    code_challenge = models.CharField(max_length=128)
+    resource = models.CharField(max_length=2000, default="", blank=True)  # as the client sent it
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+
+class AppToken(models.Model):
+    """An access or refresh token of a grant, kept only as its SHA-256. A refresh token is
+    replaced at every use (`replaced_at`); the one just replaced may be used once more within
+    30 seconds (`grace_used`). `code`: the authorization code the chain began with."""
+
+    ACCESS, REFRESH = "access", "refresh"
+    token_hash = models.CharField(max_length=64, unique=True)
+    kind = models.CharField(max_length=10)
+    grant = models.ForeignKey(AppGrant, on_delete=models.CASCADE, related_name="tokens")
+    code = models.ForeignKey(AppCode, on_delete=models.SET_NULL, null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    replaced_at = models.DateTimeField(null=True, blank=True)
+    grace_used = models.BooleanField(default=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+
 def time_ordered_uuid() -> uuid.UUID:
     """A version 7 UUID (RFC 9562): milliseconds since the epoch, then 74 random bits. Call
     rows keyed by it are appended at the end of their indexes instead of anywhere in them, so
@@ -506,6 +580,13 @@ class ToolCall(models.Model):
             models.Index(fields=["server_name", "created_at"], name="mcpcore_call_server_time"),
             models.Index(fields=["tool_name", "created_at"], name="mcpcore_call_tool_time"),
             models.Index(fields=["session_id", "created_at"], name="mcpcore_call_session_time"),
+            # The History page's kind filter (SPEC 20.3) for the kinds other than tool calls:
+            # partial, so a tool call's INSERT (nearly every call) writes nothing to it.
+            models.Index(
+                fields=["kind", "created_at"],
+                name="mcpcore_call_kind_time",
+                condition=~models.Q(kind="tool_confirm"),
+            ),
             # The notifier's question every second: confirmations not yet told about in full.
             models.Index(
                 fields=["created_at"],
@@ -542,6 +623,12 @@ class ToolCall(models.Model):
             return None
         uri = self.arguments.get("uri") if isinstance(self.arguments, dict) else None
         return uri if isinstance(uri, str) else self.tool_name
+
+    @property
+    def is_prompt_or_resource(self) -> bool:
+        """A prompt get or a resource read (SPEC 20.3): held only by an `ask` rule, so it is
+        approved once or denied (no remember, session or time-boxed approval)."""
+        return self.kind in (CallKind.PROMPT, CallKind.RESOURCE)
 
     @property
     def action(self) -> str:

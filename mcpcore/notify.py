@@ -137,12 +137,33 @@ def ntfy_request(event: dict) -> tuple[str, dict[str, str]]:
         }
     tool = short_tool(data.get("tool_name", ""), data.get("server", ""))
     server = data.get("server") or "the console"
-    headers = {"Title": _header(f"Approval needed: {tool}"), "Click": data["url"], "Tags": "lock"}
+    kind = data.get("kind")
+    # A prompt or resource says what it asks, as the inbox does (SPEC 20.3); a URI is cut in
+    # the title (a header) and the text, its page has it whole.
+    if kind == CallKind.PROMPT:
+        tool = f"Get prompt {tool}"
+    elif kind == CallKind.RESOURCE:
+        tool = f"Read {_cut(data.get('uri') or data.get('tool_name', ''), URI_TEXT)}"
+    headers = {
+        "Title": _header(f"Approval needed: {_cut(tool, TITLE_MAX)}"),
+        "Click": data["url"],
+        "Tags": "lock",
+    }
     if data.get("approve_url") and data.get("deny_url"):
         headers["Actions"] = ntfy_actions(data["approve_url"], data["deny_url"])
-    if data.get("kind") == CallKind.PERMISSION_PROMPT:
+    if kind == CallKind.PERMISSION_PROMPT:
         return f"{tool} is waiting for approval", headers
-    return f"{tool} on {server} is waiting for approval", headers
+    by = f" (requested by {data['requested_by']})" if data.get("requested_by") else ""
+    return f"{tool} on {server} is waiting for approval{by}", headers
+
+
+URI_TEXT = 1000  # characters of a URI in an ntfy text (ntfy keeps 4,096 bytes of a message)
+TITLE_MAX = 200  # characters of the `Title` header after "Approval needed: "
+
+
+def _cut(text: str, size: int) -> str:
+    # ASCII "...": a non-ASCII title is RFC 2047 encoded, and a long one folded over lines.
+    return text if len(text) <= size else f"{text[: size - 3]}..."
 
 
 def ntfy_actions(approve_url: str, deny_url: str) -> str:
@@ -257,13 +278,15 @@ def _events_for(
     one-tap links are its own)."""
     url = confirmation_url(base, str(call.confirm_id))
     out = []
+    # Who asked (a token's name; an app's is `<client name> (app of <person>)`, SPEC 21.4).
+    pending = {**call.to_pending(), "requested_by": call.requested_by}
     if call.notified == TOLD_NOTHING:
         links = action_links(base, call.confirm_id, target.pk)
-        data = event_data(call.to_pending(), call.server_name, url, actions=links)
+        data = event_data(pending, call.server_name, url, actions=links)
         out.append((PENDING, payload(PENDING, now, data)))
     if call.status != CallStatus.PENDING:
         ended = {"status": call.status, "decision": call.decision, "decided_by": call.decided_by}
-        data = event_data(call.to_pending(), call.server_name, url, ended)
+        data = event_data(pending, call.server_name, url, ended)
         out.append((RESOLVED, payload(RESOLVED, now, data)))
     return out
 

@@ -46,6 +46,7 @@ LAYERS: list[tuple[str, list[set[str]], set[str]]] = [
             {"mcpcore.db.*"},  # database threads, the kept rows, the call rows' SQL
             {
                 "mcpcore.apps",
+                "mcpcore.appauth.*",  # apps that sign in (SPEC 21): clients, grants, tokens
                 "mcpcore.audit",
                 "mcpcore.bearer",
                 "mcpcore.files",

@@ -16,7 +16,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from mcpcore import calls, metrics
-from mcpcore.models import ApiToken
+from mcpcore.models import ApiToken, ToolCall
 from tests.live import Console, free_port, our_server, wait_until
 from tests.rows import make_call
 
@@ -104,6 +104,39 @@ def test_it_counts_a_person_decision_and_its_wait_once_committed(django_capture_
     assert metrics.confirmations.labels("denied")._value.get() == before[1] + 1
     assert metrics.confirmation_wait._sum.get() - before[0] >= 7
     assert metrics.tool_calls.labels("srv", "skipped", "deny")._value.get() >= 1
+
+
+@pytest.mark.django_db
+def test_it_counts_prompt_gets_and_resource_reads_as_calls_of_their_server(
+    django_capture_on_commit_callbacks,
+):
+    """SPEC 20.3 adds no series and no label (18.3): a prompt get or a resource read is a call
+    of its server in agenvoy_tool_calls_total and agenvoy_tool_call_seconds, its confirmation
+    one of agenvoy_confirmations_total, and a pending one is in agenvoy_pending_confirmations."""
+    counted = lambda status, decision: metrics.tool_calls.labels("docs", status, decision)._value.get()  # noqa: E731
+    before = counted("done", "approve"), counted("skipped", "deny"), counted("expired", "expired")
+    seconds = metrics.tool_call_seconds.labels("docs")._sum.get()
+    uri = "file:///srv/readme.md"
+    prompt = make_call(kind="prompt", tool="review", server="docs", session_id="s", arguments={"style": "x"})
+    resource = make_call(
+        kind="resource", tool="", tool_name=uri, server="docs", session_id="s", arguments={"uri": uri}
+    )
+    late = make_call(
+        kind="resource", tool="", tool_name=uri, server="docs", session_id="s", arguments={"uri": uri}
+    )
+    assert metrics.database_gauges()["pending"] == 3
+    with django_capture_on_commit_callbacks(execute=True):
+        calls.reply("s", str(prompt.confirm_id), {"approve": True}, "person")
+        start = timezone.now()
+        ToolCall.objects.filter(id=prompt.id).update(started_at=start)
+        calls.finish(prompt.id, "done", "user: hi", ended_at=start + datetime.timedelta(seconds=2))
+        calls.reply("s", str(resource.confirm_id), {"approve": False}, "person")
+        ToolCall.objects.filter(id=late.id).update(expires_at=timezone.now())
+        calls.expire_due()
+    after = counted("done", "approve"), counted("skipped", "deny"), counted("expired", "expired")
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
+    assert metrics.tool_call_seconds.labels("docs")._sum.get() - seconds == pytest.approx(2)
+    assert metrics.database_gauges()["pending"] == 0
 
 
 # --- a real serve, its history, and a real Prometheus ----------------------------------------------

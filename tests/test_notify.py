@@ -102,6 +102,9 @@ def test_it_words_an_ntfy_push_and_encodes_a_title_that_is_not_ascii():
     text, headers = notify.ntfy_request({"type": notify.PENDING, "data": data})
     assert text == "echo on every is waiting for approval"
     assert headers == {"Title": "Approval needed: echo", "Click": "https://c/pending/1/", "Tags": "lock"}
+    data["requested_by"] = "Pocket agent (app of alice)"  # an app's call names the app (SPEC 21.4)
+    text, _ = notify.ntfy_request({"type": notify.PENDING, "data": data})
+    assert text == "echo on every is waiting for approval (requested by Pocket agent (app of alice))"
     data["tool_name"] = "mcp__every__größe"
     _, headers = notify.ntfy_request({"type": notify.PENDING, "data": data})
     assert headers["Title"].startswith("=?utf-8?") and headers["Title"].isascii()
@@ -137,7 +140,13 @@ async def test_it_posts_signed_pending_and_resolved_events(receiver, notifier, s
         "approve_url": body["data"]["approve_url"],
         "deny_url": body["data"]["deny_url"],
     }
-    assert body["data"] == {**call.to_pending(), "server": "every", "url": url, **links}
+    assert body["data"] == {
+        **call.to_pending(),
+        "requested_by": "agent-1",
+        "server": "every",
+        "url": url,
+        **links,
+    }
     for decision, link in (("approve", links["approve_url"]), ("deny", links["deny_url"])):
         assert link.startswith("https://approve.example/a/")
         action = onetap.read(settings.SECRET_KEY, link.rsplit("/", 1)[1])
@@ -158,6 +167,7 @@ async def test_it_posts_signed_pending_and_resolved_events(receiver, notifier, s
     assert body["type"] == "confirmation.resolved"
     assert body["data"] == {
         **call.to_pending(),
+        "requested_by": "agent-1",
         "server": "every",
         "url": url,
         "status": "skipped",
@@ -241,7 +251,7 @@ async def test_it_pushes_to_ntfy_with_title_click_and_tags(receiver, notifier, s
     call = await sync_to_async(pending_call)(tool="get-sum")
     await await_until(lambda: receiver.requests, 15, what="the ntfy push")
     got = receiver.requests[0]
-    assert got["body"].decode() == "get-sum on every is waiting for approval"
+    assert got["body"].decode() == "get-sum on every is waiting for approval (requested by agent-1)"
     assert got["headers"]["title"] == "Approval needed: get-sum"
     assert got["headers"]["click"] == f"https://approve.example/pending/{call.confirm_id}/"
     assert got["headers"]["tags"] == "lock"
@@ -311,6 +321,46 @@ def test_it_forgets_old_sent_and_failed_deliveries_but_not_owed_ones():
     Delivery.objects.filter(id=recent.id).update(status="sent")
     assert notify.prune() == 2
     assert set(Delivery.objects.values_list("id", flat=True)) == {rows["pending"].id, recent.id}
+
+
+# --- prompts and resources (SPEC 20.3) ------------------------------------------------------------
+
+URI = "file:///srv/docs/" + "r" * 1200 + ".md"
+
+
+def test_it_words_an_ntfy_push_for_a_prompt_or_a_resource():
+    base = {"server": "every", "url": "https://c/pending/1/"}
+    data = {**base, "kind": "prompt", "tool_name": "mcp__every__review"}
+    text, headers = notify.ntfy_request({"type": notify.PENDING, "data": data})
+    assert text == "Get prompt review on every is waiting for approval"
+    assert headers["Title"] == "Approval needed: Get prompt review"
+    data = {**base, "kind": "resource", "tool_name": "file:///etc/hosts", "uri": "file:///etc/hosts"}
+    text, headers = notify.ntfy_request({"type": notify.PENDING, "data": data})
+    assert text == "Read file:///etc/hosts on every is waiting for approval"
+    assert headers["Title"] == "Approval needed: Read file:///etc/hosts"
+    data = {**base, "kind": "resource", "tool_name": URI[:700], "uri": URI}
+    text, headers = notify.ntfy_request({"type": notify.PENDING, "data": data})
+    assert text.startswith(f"Read {URI[:997]}... on every") and len(text.encode()) < 4096
+    assert headers["Title"].isascii() and len(headers["Title"]) == len("Approval needed: ") + notify.TITLE_MAX
+
+
+@pytest.mark.django_db
+def test_it_tells_webhooks_about_a_pending_prompt_or_resource_with_its_kind_and_uri():
+    hook, _ = notify.add_target("webhook", "http://127.0.0.1:9/a")
+    prompt = pending_call(tool="review", kind="prompt")
+    resource = pending_call(kind="resource", tool="")
+    ToolCall.objects.filter(id=resource.id).update(tool_name=URI[:700], arguments={"uri": URI})
+    assert notify.enqueue() == 2
+    bodies = {
+        json.loads(d.body)["data"]["call_id"]: json.loads(d.body)
+        for d in Delivery.objects.filter(target=hook)
+    }
+    data = bodies[str(prompt.id)]["data"]
+    assert bodies[str(prompt.id)]["type"] == "confirmation.pending"
+    assert (data["kind"], data["tool_name"], data["server"]) == ("prompt", "mcp__every__review", "every")
+    assert "uri" not in data and data["approve_url"] and data["deny_url"]
+    data = bodies[str(resource.id)]["data"]
+    assert (data["kind"], data["uri"], data["tool_args"]) == ("resource", URI, {"uri": URI})
 
 
 # --- servers' questions (SPEC 20.4) -----------------------------------------------------------

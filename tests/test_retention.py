@@ -193,3 +193,31 @@ def test_it_prunes_a_history_100_days_old_on_a_serve_whose_clock_runs_ahead(cons
         assert "deleted 1 calls (0 deliveries), cut 1 results" in line
     finally:
         con.close()
+
+
+@pytest.mark.django_db
+def test_it_prunes_prompt_gets_and_resource_reads_like_every_call():
+    """SPEC 18.1 for the kinds of 20.3: deleted past the history limit, results cut past the
+    result limit (their wire result, kept for every one of them, dropped too), live ones kept."""
+    uri = "file:///srv/readme.md"
+    prompt = {
+        "kind": "prompt",
+        "tool_name": "mcp__srv__review",
+        "tool": "review",
+        "arguments": {"style": "x"},
+    }
+    resource = {"kind": "resource", "tool_name": uri, "tool": "", "arguments": {"uri": uri}}
+    old = [call(100 * DAY, **prompt), call(100 * DAY, "error", **resource)]
+    pending = [call(100 * DAY, "pending", **prompt), call(100 * DAY, "pending", **resource)]
+    wire = {"contents": [{"uri": uri, "text": LONG}]}
+    cut = call(31 * DAY, result=LONG, native_result=wire, **resource)
+    kept = call(29 * DAY, result=LONG, native_result=wire, **prompt)
+
+    done = retention.prune()
+
+    assert (done.calls, done.results) == (len(old), 1)
+    assert set(ToolCall.objects.values_list("id", flat=True)) == {c.id for c in (*pending, cut, kept)}
+    cut.refresh_from_db()
+    assert (cut.result, cut.native_result, cut.truncated) == (LONG[:1024] + MARK30, None, True)
+    kept.refresh_from_db()
+    assert (kept.result, kept.native_result) == (LONG, wire)

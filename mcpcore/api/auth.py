@@ -14,7 +14,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from .. import db, schemas
-from ..bearer import authenticate
+from ..bearer import app_token, authenticate
 from ..calls import CallError
 from ..choices import TokenRole
 from ..models import ApiToken, ToolCall
@@ -133,12 +133,18 @@ RIGHTS: dict[tuple[str, str], Right] = {
     ("api-views", "POST"): admin_only("change views"),
     ("api-views-remove", "POST"): admin_only("change views"),
     ("api-audit", "GET"): admin_only("read the audit trail"),  # SPEC 22.2
+    ("api-grants", "GET"): admin_only("manage apps"),  # SPEC 21.4
+    ("api-grant-revoke", "POST"): admin_only("manage apps"),
     # `GET /metrics` (outside /v1: an allowed address needs no token) checks its own rule,
     # admin only, 403 `this token may not read metrics` (mcpcore.api.ops).
     # Unknown paths answer 404 to every token (after auth, so they reveal nothing).
     **{("api-not-found", m): ANY for m in _ANY_METHOD},
     **{("api-not-found-any", m): ANY for m in _ANY_METHOD},
 }
+
+
+# An app's OAuth access token (SPEC 21.4) on /v1.
+APP_ONLY_MCP = "this token may only be used on MCP endpoints"
 
 
 def may_not(what: str) -> ApiError:
@@ -263,6 +269,8 @@ def api_view(methods: tuple[str, ...], prepare: Callable | None = None) -> Calla
         def precheck(request: ApiRequest, kwargs: dict) -> JsonResponse | None:
             token = _token_of(request)
             if token is None:
+                if app_token(request.headers.get("Authorization", "")) is not None:
+                    return error(APP_ONLY_MCP, 403)
                 return error("authentication required", 401)
             request.api_token = token
             if request.method not in methods:

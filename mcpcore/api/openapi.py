@@ -231,6 +231,14 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         query=schemas.AuditQuery,
         answer={"type": "string"},
     ),
+    ("api-grants", "GET"): Operation(
+        "Connected apps (SPEC 21.4): the grants in force, newest first, never a token",
+        answer=_obj({"grants": {"type": "array", "items": {"type": "object"}}}, ("grants",)),
+    ),
+    ("api-grant-revoke", "POST"): Operation(
+        "Revoke an app's grant: its tokens stop working at once on every process",
+        errors={404: "grant not found"},
+    ),
     ("api-views", "GET"): Operation(
         "Views, sorted by name, with the tools each holds now (a token limited to views: its own)",
         answer=_obj({"views": {"type": "array", "items": _VIEW}}, ("views",)),

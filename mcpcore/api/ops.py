@@ -69,6 +69,9 @@ def export_filters(params) -> tuple[Q, str, bool]:
         status=query.status,
         kind=stored_kind(query.kind) if query.kind else None,
     )
+    if query.kind and stored_kind(query.kind) != CallKind.TOOL_CONFIRM:
+        # The partial index of the kinds other than tool calls, its condition as written there.
+        where &= ~Q(kind=CallKind.TOOL_CONFIRM)
     return where, query.format or "jsonl", query.results == "1"
 
 

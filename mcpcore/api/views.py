@@ -8,6 +8,7 @@ from django.http import JsonResponse
 from django.utils import timezone
 
 from .. import allowlist, audit, control, files, serverconfig, toolviewstore
+from ..appauth import grants
 from ..choices import CallStatus, TokenRole
 from ..db import cache
 from ..models import Server, Tool, ToolCall, mask_config
@@ -437,3 +438,44 @@ async def claude_code_hook(request: ApiRequest) -> JsonResponse:
     if ended is None:
         return JsonResponse({})
     return JsonResponse(claude_hooks.answer(body.hook_event_name, ended, wait, timed_out))
+
+
+# --- apps that sign in (SPEC 21.4) ------------------------------------------------------------
+
+
+@api_view(("GET",))
+def grants_list(request: ApiRequest) -> JsonResponse:
+    return JsonResponse({"grants": [grants.to_dict(g) for g in grants.live_grants()]})
+
+
+@api_view(("POST",))
+async def grant_revoke(request: ApiRequest, grant_id: str) -> JsonResponse:
+    """Revoke an app's grant: its tokens stop working at once on every process, and the calls
+    it left pending end as `cancelled` (as a revoked token's do, SPEC 12.2)."""
+    from .. import calls, db
+
+    by = audit.by(request)
+    ended = await db.write(_revoke_grant, grant_id, by)
+    if ended is None:
+        raise ApiError("grant not found", 404)
+    for call_id in ended:
+        await calls.announce(call_id)
+    return JsonResponse({"ok": True})
+
+
+def _revoke_grant(grant_id: str, by: audit.Actor) -> list[str] | None:
+    from .. import calls
+    from ..models import AppGrant
+
+    grant = (
+        AppGrant.objects.select_related("client", "token")
+        .filter(pk=int(grant_id), revoked_at__isnull=True)
+        .first()
+        if grant_id.isdigit() and len(grant_id) < 19  # a row id fits 64 bits; longer is no grant
+        else None
+    )
+    if grant is None:
+        return None
+    _revoked, ended = calls.revoke_token(grant.token_id, by)
+    grants.revoke_grant(grant, by)
+    return ended

@@ -66,6 +66,29 @@ def token(token_hash: str):
     )
 
 
+def app_token(token_hash: str):
+    """The AppToken (an app's access token, SPEC 21.4) with this hash, its grant, client and
+    ApiToken loaded, while it, its grant and its ApiToken are not revoked; None otherwise.
+    Its expiry is the caller's to check (time passes without a change of generation)."""
+    from ..models import AppToken
+
+    return _through(
+        "app",
+        token_hash,
+        lambda: (
+            AppToken.objects.select_related("grant", "grant__client", "grant__token")
+            .filter(
+                token_hash=token_hash,
+                kind=AppToken.ACCESS,
+                revoked_at__isnull=True,
+                grant__revoked_at__isnull=True,
+                grant__token__revoked_at__isnull=True,
+            )
+            .first()
+        ),
+    )
+
+
 def tool(registered_name: str):
     """The Tool with this registered name, its server loaded, or None."""
     from ..models import Tool
@@ -146,6 +169,9 @@ WATCHED = {
     "mcpcore_prompt": None,
     "mcpcore_resource": None,
     "mcpcore_resourcetemplate": None,
+    # Apps' access tokens (SPEC 21.4): revoking one, or its grant, holds at once everywhere.
+    "mcpcore_apptoken": ("revoked_at",),
+    "mcpcore_appgrant": ("revoked_at",),
 }
 BUMP = f"UPDATE {TABLE} SET n = n + 1 WHERE id = 1"
 

@@ -18,8 +18,8 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
 from .. import db, names
-from ..bearer import authenticate
-from . import catalog, handlers, reads
+from ..bearer import app_token, authenticate
+from . import authserver, catalog, handlers, reads
 from .changes import Changes
 
 log = logging.getLogger("mcpcore.mcpserver")
@@ -51,20 +51,23 @@ def endpoint_of(path: str) -> str | None:
 REALM = 'Bearer realm="agenvoy"'
 
 
-def challenge_for(header: str | None) -> str:
-    """The 401's `WWW-Authenticate` (SPEC 17.4): a request that sent a bearer token the console
-    does not accept is told `invalid_token` (RFC 6750), one that sent none only the realm."""
+def challenge_for(header: str | None, path: str = "/mcp") -> str:
+    """The 401's `WWW-Authenticate` (SPEC 17.4, 21.1): the realm, the absolute URL of the
+    endpoint's protected-resource metadata and the scope; a request that sent a bearer token
+    the console does not accept is told `invalid_token` (RFC 6750) as well."""
     scheme, _, value = (header or "").partition(" ")
+    metadata = f'resource_metadata="{authserver.resource_metadata_url(path)}", scope="{authserver.SCOPE}"'
     if scheme.lower() == "bearer" and value.strip():
-        return f'{REALM}, error="invalid_token"'
-    return REALM
+        return f'{REALM}, {metadata}, error="invalid_token"'
+    return f"{REALM}, {metadata}"
 
 
-def _admit(header: str | None, endpoint: str | None):
-    """The request's token, and whether it may open the endpoint its path names
-    (`catalog.admits`). Run through `db.read`: with the token, the server or view and the
-    token's views cached it reads one row (the cache generation) on the loop's own connection."""
-    token = authenticate(header)
+def _admit(header: str | None, endpoint: str | None, path: str = "/mcp"):
+    """The request's token (an API token, or the one an app's access token for this endpoint
+    stands for), and whether it may open the endpoint its path names (`catalog.admits`). Run
+    through `db.read`: with the token, the server or view and the token's views cached it
+    reads one row (the cache generation) on the loop's own connection."""
+    token = authenticate(header) or app_token(header, path)
     if token is None:
         return None, False
     return token, catalog.admits(endpoint, token)
@@ -145,9 +148,10 @@ class McpEndpoint:
 
     async def __call__(self, scope, receive, send) -> None:
         endpoint = endpoint_of(scope["path"])
-        token, known = await db.read(_admit, Headers(scope=scope).get("authorization"), endpoint)
+        header = Headers(scope=scope).get("authorization")
+        token, known = await db.read(_admit, header, endpoint, scope["path"])
         if token is None:
-            challenge = challenge_for(Headers(scope=scope).get("authorization"))
+            challenge = challenge_for(header, scope["path"] if endpoint is not None else "/mcp")
             await JSONResponse(
                 {"error": "authentication required"}, 401, headers={"WWW-Authenticate": challenge}
             )(scope, receive, send)
@@ -224,13 +228,17 @@ class McpEndpoint:
 
 
 class McpRouter:
-    """`/mcp` and `/mcp/...` to the MCP endpoint, everything else on."""
+    """`/mcp` and `/mcp/...` to the MCP endpoint, the OAuth authorization server's paths (SPEC
+    21) to it, everything else on."""
 
     def __init__(self, endpoint: McpEndpoint, other) -> None:
         self.endpoint = endpoint
         self.other = other
+        self.auth = authserver.AuthServer()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and (scope["path"] == "/mcp" or scope["path"].startswith("/mcp/")):
             return await self.endpoint(scope, receive, send)
+        if scope["type"] == "http" and authserver.serves(scope["path"]):
+            return await self.auth(scope, receive, send)
         return await self.other(scope, receive, send)

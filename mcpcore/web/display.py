@@ -19,7 +19,8 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from .. import allowlist, files, retention, serverconfig, toolviewstore
-from ..choices import CallDecision, CallStatus, QuestionStatus
+from ..appauth import grants
+from ..choices import CallDecision, CallKind, CallStatus, QuestionStatus, stored_kind
 from ..models import (
     ApiToken,
     NotificationTarget,
@@ -315,6 +316,17 @@ def audit_rows(entries: list) -> list[dict]:
 TOOL_PARTS = 200
 
 
+def kind_filter(rows, kind: str):
+    """Calls of one history kind (`choices.HISTORY_KINDS`). Tool calls are nearly every row:
+    their pages run down the time index testing each row. The other kinds have a partial index
+    of their own (`mcpcore_call_kind_time`, rows that are not tool calls); the index's own
+    condition is repeated so that SQLite's planner, which matches it literally, takes it."""
+    stored = stored_kind(kind)
+    if stored == CallKind.TOOL_CONFIRM:
+        return rows.filter(kind=stored)
+    return rows.filter(kind=stored).exclude(kind=CallKind.TOOL_CONFIRM)
+
+
 def tool_parts(rows, text: str) -> list | None:
     """A tool filter (part of a registered name, any case) as one queryset per matching name,
     each served by the (tool_name, created_at) index; None for too many names (filter the
@@ -377,7 +389,8 @@ def result_context(call: ToolCall) -> dict:
 
 
 def token_rows() -> list[ApiToken]:
-    rows = list(ApiToken.objects.prefetch_related(_active_grants(), "views"))
+    """The API tokens; an app's own token is listed with its grant (`app_rows`) instead."""
+    rows = list(ApiToken.objects.filter(app_grant__isnull=True).prefetch_related(_active_grants(), "views"))
     now = timezone.now()
     for row in rows:
         row.used_ago = live.ago(row.last_used_at) or "never"
@@ -385,6 +398,17 @@ def token_rows() -> list[ApiToken]:
             # Time-boxed grants (SPEC 17.3) say how long they have left; the page counts down.
             left = (grant.expires_at - now).total_seconds() if grant.expires_at else None
             grant.left_text = live.clock(left) if left is not None else ""
+    return rows
+
+
+def app_rows() -> list[dict]:
+    """The connected apps (SPEC 21.4) as the Tokens page lists them."""
+    rows = []
+    for grant in grants.live_grants():
+        row = grants.to_dict(grant)
+        row["used_ago"] = live.ago(grant.token.last_used_at) or "never"
+        row["created"] = grant.created_at
+        rows.append(row)
     return rows
 
 

@@ -14,7 +14,7 @@ import functools
 import json
 import uuid
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
@@ -22,7 +22,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db.models.functions import Substr
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -49,9 +49,12 @@ from .. import (
     serverconfig,
     toolviewstore,
 )
-from ..choices import CallStatus, QuestionMode, ServerState, TargetKind, TokenRole, stored_kind
+from ..appauth import grants
+from ..choices import CallStatus, QuestionMode, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
+    AppClient,
+    AppGrant,
     AuditEntry,
     NotificationTarget,
     PermissionGrant,
@@ -93,6 +96,7 @@ from .display import (
     file_problems,
     history_page,
     keyset_page,
+    kind_filter,
     page_cursor,
     pattern_lines,
     pretty,
@@ -720,9 +724,7 @@ def history(request: HtmxRequest) -> HttpResponse:
         if f["session"]:
             rows = rows.filter(session_id=f["session"].strip())
         if f["kind"]:
-            # No index of its own: every call's INSERT would pay for it. Pages run down the
-            # (created_at) index (or a filter's own) and test the kind on each row.
-            rows = rows.filter(kind=stored_kind(f["kind"]))
+            rows = kind_filter(rows, f["kind"])
         if f["tool"].strip():
             parts = tool_parts(rows, f["tool"].strip())
             if parts is None:
@@ -848,7 +850,13 @@ def tokens(request: HtmxRequest) -> HttpResponse:
 
 
 def _tokens_page(request: HtmxRequest, form: TokenForm, new: dict | None, status: int = 200) -> HttpResponse:
-    context = {"tokens": token_rows(), "form": form, "new": new, "hooks_settings": claude_code_settings()}
+    context = {
+        "tokens": token_rows(),
+        "form": form,
+        "new": new,
+        "hooks_settings": claude_code_settings(),
+        "apps": display.app_rows(),
+    }
     response = render(request, "mcpcore/token_list.html", context, status=status)
     response["Cache-Control"] = "no-store"
     return response
@@ -899,6 +907,94 @@ def grant_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
         messages.success(request, f"{grant.token.name} must ask again for {grant.tool_name}.")
     if request.htmx:
         return _fragment(request, "mcpcore/token_list.html#token-list", {"tokens": token_rows()})
+    return redirect("tokens")
+
+
+# --- apps that sign in (SPEC 21.3, 21.4) ---------------------------------------------------------
+
+
+class _AppRedirect(HttpResponseRedirect):
+    """A redirect back to an app: its redirect URI may use a private-use scheme
+    (`cursor://...`), which Django's own redirect refuses; it was checked at registration."""
+
+    def __init__(self, url: str) -> None:
+        self.allowed_schemes = [urlsplit(url).scheme]
+        super().__init__(url)
+        self["Cache-Control"] = "no-store"
+
+
+def _to_app(redirect_uri: str, **params: str | None) -> HttpResponse:
+    parts = urlsplit(redirect_uri)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    query += [(k, v) for k, v in params.items() if v is not None]
+    query.append(("iss", settings.AGENVOY_PUBLIC_URL))
+    return _AppRedirect(urlunsplit(parts._replace(query=urlencode(query))))
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def app_allow(request: HttpRequest) -> HttpResponse:
+    """The `Allow an app` page (SPEC 21.3), reached from `/authorize` after signing in: who the
+    app is, where it returns, the endpoint and what it will be (an agent, with the views
+    chosen); `Allow` gives it a code, `Deny` sends it `access_denied`."""
+    fields = grants.read_request(request.GET.get("request") or request.POST.get("request") or "")
+    client = AppClient.objects.filter(client_id=fields["client_id"]).first() if fields else None
+    if fields is None or client is None:
+        response = render(
+            request,
+            "mcpcore/app_allow.html",
+            {"failed": "this request has expired or is not valid"},
+            status=400,
+        )
+        response["Cache-Control"] = "no-store"
+        return response
+    all_views = list(View.objects.order_by("name"))
+    if request.method == "POST":
+        if request.POST.get("decision") != "allow":
+            return _to_app(fields["redirect_uri"], error="access_denied", state=fields["state"])
+        chosen = set(request.POST.getlist("views"))
+        picked = [v for v in all_views if v.name in chosen]
+        _grant, code = grants.allow(
+            client,
+            request.user,  # type: ignore[arg-type]
+            fields["resource"],
+            picked,
+            redirect_uri=fields["redirect_uri"],
+            redirect_uri_explicit=fields["explicit"],
+            code_challenge=fields["code_challenge"],
+            asked_resource=fields["asked_resource"],
+            by=audit.by(request),
+        )
+        return _to_app(fields["redirect_uri"], code=code, state=fields["state"])
+    return_host = urlsplit(fields["redirect_uri"]).hostname or urlsplit(fields["redirect_uri"]).scheme
+    own_host = urlsplit(client.client_id).hostname if client.document else None
+    preselected = fields["resource"][len("/mcp/v/") :] if fields["resource"].startswith("/mcp/v/") else None
+    context = {
+        "client": client,
+        "request_value": request.GET.get("request"),
+        "return_host": return_host,
+        "foreign_host": own_host is not None and return_host != own_host,
+        "resource": settings.AGENVOY_PUBLIC_URL + fields["resource"],
+        "views": all_views,
+        "preselected": preselected,
+    }
+    response = render(request, "mcpcore/app_allow.html", context)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_POST
+def app_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
+    """Revoke a connected app: its tokens stop working at once on every process; its pending
+    calls end as a revoked token's do (SPEC 12.2)."""
+    grant = get_object_or_404(AppGrant.objects.select_related("client", "token"), pk=pk)
+    by = audit.by(request)
+    _revoked, ended = calls.revoke_token(grant.token_id, by)
+    if grants.revoke_grant(grant, by):
+        messages.success(request, f"Revoked {grant.token.name}.")
+    for call_id in ended:
+        async_to_sync(calls.announce)(call_id)
     return redirect("tokens")
 
 

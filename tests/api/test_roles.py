@@ -66,6 +66,8 @@ EXPECT: dict[tuple[str, str], dict] = {
     ("api-hooks-claude-code", "POST"): same((400, "unsupported hook event: ")),
     ("api-calls-export", "GET"): {"agent": denied("export history"), "approver": OK, "admin": OK},
     ("api-audit", "GET"): admin_only("read the audit trail"),
+    ("api-grants", "GET"): admin_only("manage apps"),
+    ("api-grant-revoke", "POST"): admin_only("manage apps", (404, "grant not found")),  # no grant 1 here
     ("api-views", "GET"): same(OK),
     ("api-views", "POST"): admin_only("change views", (400, "invalid view name: must not be empty")),
     ("api-views-remove", "POST"): admin_only("change views", (404, "view not found")),
@@ -161,6 +163,8 @@ def _path(name: str, call: ToolCall) -> str:
         # the pending item here).
         question = questions.ask(call.id, "srv", "form", "Go on?", {"type": "object", "properties": {}})
         kwargs = {"question_id": str(question.id)}
+    elif name == "api-grant-revoke":
+        kwargs = {"grant_id": "1"}
     return reverse(name, kwargs=kwargs)
 
 

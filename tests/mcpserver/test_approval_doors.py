@@ -1,7 +1,8 @@
 """Issue 21 against a real `manage.py serve`, through the doors MCP clients use:
 
-- SPEC 17.4: what MCP clients probe (OAuth discovery answers JSON 404s, and the MCP endpoints'
-  401 names the realm, and `invalid_token` for a token the console does not accept);
+- SPEC 17.4: what MCP clients probe (OAuth discovery of what the console does not serve answers
+  JSON 404s, and the MCP endpoints' 401 names the realm, its metadata (21.1), and
+  `invalid_token` for a token the console does not accept);
 - SPEC 17.3: a time-boxed grant holds on `/mcp`, `/mcp/<server>` and `/mcp/_permission` too
   (the MCP SDK's own client makes the calls), for the token it was granted to only.
 """
@@ -16,6 +17,8 @@ from tests.live import our_server, wait_until
 from tests.mcpclients import in_thread, mcp_client, pending_for, wait_pending
 
 pytestmark = pytest.mark.live
+
+PUBLIC = "http://127.0.0.1:8000"  # AGENVOY_PUBLIC_URL's default: these consoles name no other
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +46,8 @@ async def answered(c, tool_name: str, make_call, body: dict):
 @pytest.mark.parametrize(
     "path",
     [
-        "/.well-known/oauth-protected-resource",
-        "/.well-known/oauth-protected-resource/mcp",
-        "/.well-known/oauth-authorization-server",
+        "/.well-known/oauth-protected-resource/mcp/nope",
+        "/.well-known/oauth-protected-resource/v1",
         "/.well-known/oauth-authorization-server/mcp/echo",
         "/.well-known/openid-configuration",
         "/.well-known/openid-configuration/mcp",
@@ -62,10 +64,12 @@ def test_it_answers_oauth_discovery_probes_with_a_json_404(c, path):
 def test_it_names_the_realm_and_an_invalid_token_in_the_mcp_401(c):
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
     for path in ("/mcp", "/mcp/echo", "/mcp/_permission"):
+        # SPEC 21.1: the absolute URL of the endpoint's metadata, and the scope.
+        named = f'Bearer realm="agenvoy", resource_metadata="{PUBLIC}/.well-known/oauth-protected-resource{path}", scope="mcp"'
         for headers, challenge in (
-            ({}, 'Bearer realm="agenvoy"'),
-            ({"Authorization": f"Basic {c.token}"}, 'Bearer realm="agenvoy"'),
-            ({"Authorization": "Bearer agv_not-a-token"}, 'Bearer realm="agenvoy", error="invalid_token"'),
+            ({}, named),
+            ({"Authorization": f"Basic {c.token}"}, named),
+            ({"Authorization": "Bearer agv_not-a-token"}, f'{named}, error="invalid_token"'),
         ):
             r = httpx2.post(c.url + path, json=init, headers=headers)
             assert r.status_code == 401

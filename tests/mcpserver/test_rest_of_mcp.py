@@ -83,7 +83,7 @@ def b_url():
 
 
 @pytest.fixture(scope="module")
-def c(module_console, b_url):
+def c(b_url, module_console):  # b set up first, so it stops after the console (no lost-server noise)
     servers = {
         "every": everything_stdio(),
         "a": our_server("apps.py", "--name", "a"),
@@ -120,6 +120,14 @@ def direct():
             }
 
     return anyio.run(main)
+
+
+@pytest.fixture(scope="module")
+def web(c):
+    """A person signed in to the console's pages."""
+    client = signed_in(c, "historian")
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="module")
@@ -300,26 +308,25 @@ def test_it_lists_resources_and_templates_with_uris_unchanged_and_names_prefixed
 @pytest.mark.parametrize("mode", ERAS)
 def test_it_routes_reads_by_listed_uri_template_and_a_tools_app(c, direct, mode):
     async def reads(client):
-        kib = (await client.read_resource("test://a/kib")).contents
-        item = (await client.read_resource("test://b/items/pear")).contents
-        app = (await client.read_resource("ui://a/app.html")).contents
-        app_b = (await client.read_resource("ui://b/app.html")).contents
-        demo = (await client.read_resource("demo://resource/dynamic/text/1")).contents
-        return kib, item, app, app_b, demo
+        return [
+            (await client.read_resource("test://a/kib")).contents,  # listed by a
+            (await client.read_resource("test://b/items/pear")).contents,  # b's template
+            (await client.read_resource("ui://a/app.html")).contents,  # only a's tools name it
+            (await client.read_resource("ui://b/app.html")).contents,
+            (await client.read_resource("demo://resource/dynamic/text/1")).contents,  # every's template
+        ]
 
-    for path in ("/mcp", "/mcp/v/apps"):
-        if path == "/mcp/v/apps":  # b is not in that view
-            kib = on(c, path, mode, lambda client: client.read_resource("test://a/kib"))
-            assert kib.contents[0].text == "k" * 1024
-            continue
-        kib, item, app, app_b, demo = on(c, path, mode, reads)
-        assert [(x.uri, x.mime_type, x.text) for x in kib] == [("test://a/kib", "text/plain", "k" * 1024)]
-        assert item[0].text == "item pear of b"
-        assert (app[0].uri, app[0].mime_type, app[0].text) == ("ui://a/app.html", APP, direct["app"].text)
-        assert app_b[0].mime_type == APP and "b app" in app_b[0].text
-        assert demo[0].uri == "demo://resource/dynamic/text/1" and demo[0].text
-    own = on(c, "/mcp/a", mode, lambda client: client.read_resource("ui://a/app.html"))
-    assert own.contents[0].mime_type == APP
+    kib, item, app, app_b, demo = on(c, "/mcp", mode, reads)
+    assert [(x.uri, x.mime_type, x.text) for x in kib] == [("test://a/kib", "text/plain", "k" * 1024)]
+    assert item[0].text == "item pear of b"
+    assert (app[0].uri, app[0].mime_type, app[0].text) == ("ui://a/app.html", APP, direct["app"].text)
+    assert app_b[0].mime_type == APP and "b app" in app_b[0].text
+    assert demo[0].uri == "demo://resource/dynamic/text/1" and demo[0].text
+    for path in ("/mcp/a", "/mcp/v/apps"):
+        app = on(c, path, mode, lambda client: client.read_resource("ui://a/app.html")).contents[0]
+        assert (app.mime_type, app.text) == (APP, direct["app"].text), path
+        kib = on(c, path, mode, lambda client: client.read_resource("test://a/items/fig")).contents[0]
+        assert kib.text == "item fig of a", path
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -352,6 +359,12 @@ def test_it_reads_the_colliding_uri_only_on_each_servers_own_endpoint(c, mode):
         on(c, "/mcp/v/apps", mode, lambda client: client.read_resource(SHARED)).contents[0].text
         == "shared from a"
     )
+
+
+def test_it_warns_on_each_server_page_of_the_uri_another_server_serves_too(web):
+    assert "URI also served by b" in web.get("/servers/a/").text
+    assert "URI also served by a" in web.get("/servers/b/").text
+    assert "URI also served by" not in web.get("/servers/every/").text
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -419,12 +432,10 @@ def bump(c, server: str = "a") -> None:
 
 def test_it_passes_resource_updates_to_a_2025_subscriber_within_two_seconds(c):
     updated: list = []
-    seen = anyio.Event()
 
     async def on_message(message):
         if isinstance(message, mcp_types.ResourceUpdatedNotification):
             updated.append(message.params.uri)
-            seen.set()
 
     async def scenario(client):
         with warnings.catch_warnings():
@@ -433,8 +444,7 @@ def test_it_passes_resource_updates_to_a_2025_subscriber_within_two_seconds(c):
         before = (await client.read_resource("test://a/counter", cache_mode="refresh")).contents[0].text
         asked = time.monotonic()
         await in_thread(bump, c)
-        with anyio.fail_after(5):
-            await seen.wait()
+        await await_until(lambda: updated, 5, what="notifications/resources/updated")
         took = time.monotonic() - asked
         after = (await client.read_resource("test://a/counter", cache_mode="refresh")).contents[0].text
         return before, took, after
@@ -596,7 +606,7 @@ def test_it_refuses_a_limited_token_byte_for_byte_as_for_what_does_not_exist(c, 
 # --- SPEC 20.3: the history and the gate ------------------------------------------------------------
 
 
-def test_it_keeps_each_get_and_read_as_a_call_of_its_kind_in_the_history(c):
+def test_it_keeps_each_get_and_read_as_a_call_of_its_kind_in_the_history(c, web):
     async def scenario(client):
         await client.get_prompt("a__greet", {"who": "History"})
         await client.read_resource("test://a/items/history")
@@ -616,14 +626,10 @@ def test_it_keeps_each_get_and_read_as_a_call_of_its_kind_in_the_history(c):
     tool_call = c.call("mcp__a__whoami", {}, mode="auto").json()["call_id"]
     assert c.get(f"/v1/mcp/calls/{tool_call}").json()["kind"] == "tool"
 
-    web = signed_in(c, "historian")
-    try:
-        page = web.get("/history/", params={"kind": "resource"}).text
-        assert f"/history/{read['call_id']}/" in page and f"/history/{prompt['call_id']}/" not in page
-        page = web.get("/history/", params={"kind": "prompt"}).text
-        assert f"/history/{prompt['call_id']}/" in page and f"/history/{read['call_id']}/" not in page
-    finally:
-        web.close()
+    page = web.get("/history/", params={"kind": "resource"}).text
+    assert f"/history/{read['call_id']}/" in page and f"/history/{prompt['call_id']}/" not in page
+    page = web.get("/history/", params={"kind": "prompt"}).text
+    assert f"/history/{prompt['call_id']}/" in page and f"/history/{read['call_id']}/" not in page
 
 
 @pytest.mark.parametrize("mode", ERAS)

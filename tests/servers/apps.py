@@ -43,6 +43,7 @@ from mcp_types import (
     SubscribeRequestParams,
     UnsubscribeRequestParams,
 )
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--name", default="apps")
@@ -98,7 +99,10 @@ mcp = AppsServer(
 
 
 async def remember_session(ctx, call_next):
-    sessions[id(ctx.session)] = ctx.session
+    # Only 2025-era sessions: a 2026-07-28 request's session ends with the request (that era's
+    # changes go out on the subscription bus), and a bench's thousands of them are not kept.
+    if getattr(ctx, "protocol_version", None) not in MODERN_PROTOCOL_VERSIONS:
+        sessions[id(ctx.session)] = ctx.session
     return await call_next(ctx)
 
 

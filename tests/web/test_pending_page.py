@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from mcpcore import calls
-from mcpcore.models import SessionAllowance
+from mcpcore.models import SessionAllowance, ToolCall
 from tests.rows import make_call
 from tests.web.pages import allow_lines
 
@@ -108,3 +108,95 @@ def test_it_revokes_a_session_allowance(signed_in, every):
     row.refresh_from_db()
     assert row.revoked_at is not None and "sess-9" not in r.content.decode().split('id="messages"')[0]
     assert not calls.session_allowed(None, "sess-9")
+
+
+# --- prompts and resources (SPEC 20.3) ------------------------------------------------------------
+
+URI = "file:///srv/docs/" + "q" * 760 + ".md"
+
+
+def pending_prompt_and_resource():
+    prompt = make_call(
+        kind="prompt", tool="review", arguments={"style": "terse"}, rule="ask prompt:mcp__every__*"
+    )
+    resource = make_call(
+        kind="resource", tool="", tool_name=URI[:700], arguments={"uri": URI}, rule="ask resource:*(uri:*)"
+    )
+    return prompt, resource
+
+
+def card(html: str, call) -> str:
+    return re.search(
+        rf'<article class="card pending[^"]*" id="pending-{call.confirm_id}".*?</article>', html, re.S
+    ).group(0)
+
+
+def test_it_says_get_prompt_and_read_uri_and_offers_approve_once_or_deny(signed_in, every):
+    prompt, resource = pending_prompt_and_resource()
+    html = signed_in.get("/pending/").content.decode()
+    item = card(html, prompt)
+    assert (
+        ">Get prompt mcp__every__review</a></h2>" in item and "&quot;style&quot;: &quot;terse&quot;" in item
+    )
+    assert "<dt>Prompt</dt>" in item and 'data-kind="prompt"' in item
+    item = card(html, resource)
+    assert (
+        f">Read {URI} from every</a></h2>" in item
+        and f'<dt>URI</dt><dd class="break"><code>{URI}</code>' in item
+    )
+    for item in (card(html, prompt), card(html, resource)):
+        assert ">Approve</button>" in item and ">Deny</button>" in item
+        for hidden in ("Approve and remember", "Approve for session", "Approve for 1 hour"):
+            assert hidden not in item
+    detail = signed_in.get(f"/pending/{resource.confirm_id}/").content.decode()
+    assert f'<h1 class="break">Read {URI} from every</h1>' in detail and "Approve for session" not in detail
+
+
+@pytest.mark.parametrize("action", ["remember", "session", "hour"])
+def test_it_refuses_to_remember_a_prompt_or_resource_approval(signed_in, every, agenvoy_home, action):
+    prompt, resource = pending_prompt_and_resource()
+    for call in (prompt, resource):
+        signed_in.post(f"/pending/{call.confirm_id}/reply/", {"session_id": "sess-1", "action": action})
+        call.refresh_from_db()
+        assert call.status == "pending"
+    assert not SessionAllowance.objects.exists() and allow_lines(agenvoy_home) == []
+    signed_in.post(f"/pending/{prompt.confirm_id}/reply/", {"session_id": "sess-1", "action": "approve"})
+    prompt.refresh_from_db()
+    assert (prompt.status, prompt.decision) == ("running", "approve")
+
+
+def test_it_answers_400_to_remember_session_or_a_grant_for_a_prompt_or_resource_over_the_api(api, every):
+    prompt, resource = pending_prompt_and_resource()
+    for call in (prompt, resource):
+        for body in (
+            {"approve": True, "remember": True},
+            {"approve": True, "allow_turn": True},
+            {"approve": True, "remember_for": 3600},
+        ):
+            r = api.post(f"/v1/session/sess-1/confirm/{call.confirm_id}", body)
+            assert r.status_code == 400, r.content
+            assert r.json() == {
+                "error": f"a {call.kind} call is approved once or denied: remember, allow_turn and remember_for do not apply"
+            }
+    r = api.post(f"/v1/session/sess-1/confirm/{resource.confirm_id}", {"approve": False, "reason": "no"})
+    assert r.status_code == 200 and ToolCall.objects.get(id=resource.id).status == "skipped"
+
+
+def test_it_lists_prompt_and_resource_confirmations_with_their_kind_and_uri(api, every):
+    prompt, resource = pending_prompt_and_resource()
+    items = {i["call_id"]: i for i in api.get("/v1/pending").json()["pending"]}
+    assert items[str(prompt.id)]["kind"] == "prompt" and "uri" not in items[str(prompt.id)]
+    assert items[str(prompt.id)]["tool_name"] == "mcp__every__review"
+    item = items[str(resource.id)]
+    assert (item["kind"], item["uri"], item["tool_name"]) == ("resource", URI, URI[:700])
+
+
+def test_it_shows_a_prompt_or_resource_on_the_one_tap_page(client, every, settings):
+    from mcpcore import notify, onetap
+
+    prompt, resource = pending_prompt_and_resource()
+    target, _ = notify.add_target("ntfy", "http://127.0.0.1:9/t")
+    for call, heading in ((prompt, "Get prompt mcp__every__review"), (resource, f"Read {URI} from every")):
+        link = onetap.url("", settings.SECRET_KEY, call.confirm_id, onetap.APPROVE, target.pk)
+        html = client.get(link).content.decode()
+        assert f'<h1 class="break">{heading}</h1>' in html and ">Approve</button>" in html

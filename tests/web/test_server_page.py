@@ -156,3 +156,34 @@ def test_it_builds_a_try_form_only_when_it_is_opened(signed_in, every):
     assert (
         signed_in.get("/servers/every/try-form/?tool=nope", headers={"HX-Request": "true"}).status_code == 404
     )
+
+
+def test_it_takes_prompt_and_resource_rules_on_the_rules_page_and_lists_them_on_the_server_page(
+    signed_in, every, agenvoy_home
+):
+    text = (
+        "ask prompt:mcp__every__*\n"
+        "deny resource:every(uri:file:///etc/*)\n"
+        "allow resource:*(uri:https://*)\n"
+        "deny resource:other(uri:*)\n"
+        "ask mcp__every__echo\n"
+    )
+    r = signed_in.post("/rules/", {"rules": text})
+    assert r.status_code == 302, r.content.decode()
+    page = signed_in.get("/rules/").content.decode()
+    assert "ask prompt:mcp__every__*" in page and "deny resource:every(uri:file:///etc/*)" in page
+    section = re.search(
+        r'<section class="card" id="server-rules">.*?</section>',
+        signed_in.get("/servers/every/").content.decode(),
+        re.S,
+    ).group(0)
+    listed = re.findall(r'<code class="break">([^<]+)</code>', section)
+    assert listed == [
+        "ask prompt:mcp__every__*",
+        "deny resource:every(uri:file:///etc/*)",
+        "allow resource:*(uri:https://*)",
+        "ask mcp__every__echo",
+    ]
+    bad = signed_in.post("/rules/", {"rules": "deny resource:every"})
+    assert bad.status_code == 400
+    assert "invalid rule on line 1: a resource rule takes exactly one argument, uri" in bad.content.decode()
