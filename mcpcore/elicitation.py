@@ -94,9 +94,14 @@ class Field:
         """The HTML input type of a TEXT, NUMBER or INTEGER field."""
         if self.kind in (NUMBER, INTEGER):
             return "number"
-        return {"email": "email", "uri": "url", "date": "date", "date-time": "datetime-local"}.get(
-            self.format, "text"
-        )
+        # Dates are typed as text: Chromium's date inputs take a Tab stop per part (five for a
+        # date and time), lose the focus ring to their parts, and widen a phone's page.
+        return {"email": "email", "uri": "url"}.get(self.format, "text")
+
+    @property
+    def placeholder(self) -> str:
+        """The shape a date or a date and time is typed in."""
+        return {"date": "YYYY-MM-DD", "date-time": "YYYY-MM-DDThh:mm:ssZ"}.get(self.format, "")
 
     @property
     def step(self) -> str:

@@ -1,5 +1,5 @@
-"""Telling people about confirmations (SPEC 15) and servers that need authorization (16.4): webhooks signed as Standard Webhooks do, and
-ntfy pushes.
+"""Telling people about confirmations (SPEC 15), servers' questions (20.4) and servers that need
+authorization (16.4): webhooks signed as Standard Webhooks do, and ntfy pushes.
 
 Nothing here is on a call's path. The notifier loop (`run`, started beside every supervisor)
 finds confirmations with news in the database every second, claims each event with a
@@ -30,9 +30,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import audit, db, metrics, oauth, onetap
-from .choices import AuditAction, CallKind, CallStatus, DeliveryStatus, TargetKind
-from .models import Delivery, NotificationTarget, ToolCall, iso
+from . import audit, db, metrics, oauth, onetap, questions
+from .choices import AuditAction, CallKind, CallStatus, DeliveryStatus, QuestionStatus, TargetKind
+from .models import Delivery, NotificationTarget, Question, ToolCall, iso
 
 log = logging.getLogger("mcpcore.notify")
 
@@ -45,6 +45,7 @@ KEEP_DAYS = 30  # sent and failed deliveries are kept this long
 PRUNE_EVERY = 3600.0  # seconds
 
 PENDING, RESOLVED, TEST = "confirmation.pending", "confirmation.resolved", "test"
+QUESTION = "question.pending"  # a server's question waits in the inbox (SPEC 20.4)
 NEEDS_AUTHORIZATION = "server.needs_authorization"
 # ToolCall.notified
 TOLD_NOTHING, TOLD_PENDING, TOLD_ALL = 0, 1, 2
@@ -126,6 +127,13 @@ def ntfy_request(event: dict) -> tuple[str, dict[str, str]]:
             "Title": _header(f"Authorize {data['server']}"),
             "Click": data["url"],
             "Tags": "key",
+        }
+    if event.get("type") == QUESTION:
+        # No one-tap buttons: an answer needs the form (or the URL) on the question's page.
+        return f"{data['server']} asks: {data['message']}", {
+            "Title": _header(f"Question from {data['server']}"),
+            "Click": data["url"],
+            "Tags": "question",
         }
     tool = short_tool(data.get("tool_name", ""), data.get("server", ""))
     server = data.get("server") or "the console"
@@ -283,10 +291,52 @@ def _events_for(
     return out
 
 
+def enqueue_questions(limit: int = 200) -> int:
+    """Write a `question.pending` delivery to every target (webhooks and ntfy alike) for each
+    server's question new in the inbox; returns how many were claimed. One that has left the
+    inbox before it was seen is told to nobody (and a relayed one never waits in it)."""
+    base, claimed = settings.AGENVOY_PUBLIC_URL, 0
+    rows = list(
+        Question.objects.select_related("call")
+        .filter(status=QuestionStatus.PENDING, notified=TOLD_NOTHING)
+        .order_by("created_at")[:limit]
+    )
+    if not rows:
+        return 0
+    targets = list(NotificationTarget.objects.all())
+    for question in rows:
+        now = timezone.now()
+        with transaction.atomic():
+            if Question.objects.filter(id=question.id, notified=TOLD_NOTHING).update(notified=TOLD_ALL) != 1:
+                continue  # another process told it
+            claimed += 1
+            url = confirmation_url(base, str(question.id))
+            body = payload(
+                QUESTION, now, event_data(questions.to_pending(question), question.server_name, url)
+            )
+            Delivery.objects.bulk_create(
+                Delivery(
+                    target=t,
+                    call_id=question.call_id,
+                    event_type=QUESTION,
+                    message_id=new_message_id(),
+                    body=body,
+                    created_at=now,
+                    next_attempt_at=now,
+                )
+                for t in targets
+            )
+    return claimed
+
+
 def enqueue(limit: int = 200) -> int:
-    """Write deliveries for confirmations that are new or have ended since last told; returns
-    how many events were claimed. A call that was pending and ended between two looks gets
-    both events, in order."""
+    """Write deliveries for confirmations that are new or have ended since last told, and for
+    servers' questions new in the inbox; returns how many events were claimed. A call that was
+    pending and ended between two looks gets both events, in order."""
+    return enqueue_questions(limit) + _enqueue_calls(limit)
+
+
+def _enqueue_calls(limit: int) -> int:
     news = (
         ToolCall.objects.filter(confirm_id__isnull=False, notified__lt=TOLD_ALL)
         .filter(Q(notified=TOLD_NOTHING) | ~Q(status=CallStatus.PENDING))

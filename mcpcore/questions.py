@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from . import control, db, elicitation
 from .calls import ReplyError
-from .choices import QuestionMode, QuestionStatus, Via
+from .choices import CALL_LIVE, QuestionMode, QuestionStatus, Via
 from .models import Question, ToolCall, iso
 
 OPEN = (QuestionStatus.ASKED, QuestionStatus.PENDING)
@@ -185,6 +185,22 @@ def cancel_for_call(call_id) -> int:
     if changed:
         _tell(call_id, "", "question.answered", inbox=inbox)
     return changed
+
+
+def sweep() -> int:
+    """End the questions nobody waits on any more: pending ones past their expiry (`expired`),
+    and open ones whose call has ended (`cancelled`: a call interrupted by a restart leaves its
+    question behind, with no runner to cancel it). The supervisor's tick runs it, as it runs
+    `calls.expire_due`; returns how many ended."""
+    now = timezone.now()
+    due = Question.objects.filter(status=QuestionStatus.PENDING, expires_at__lte=now)
+    ended = 0
+    for question in due.only("id", "call_id"):
+        ended += expire(question)
+    orphans = Question.objects.filter(status__in=OPEN).exclude(call__status__in=CALL_LIVE)
+    for call_id in set(orphans.values_list("call_id", flat=True)):
+        ended += cancel_for_call(call_id)
+    return ended
 
 
 def pending_for(token_id=None) -> list[Question]:

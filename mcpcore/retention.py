@@ -5,7 +5,8 @@ the storage figures.
 transaction, so a call's own writes never wait for more than one batch:
 
 - calls that ended (any status but pending and running) and were created more than
-  AGENVOY_HISTORY_DAYS ago are deleted, with their notification deliveries;
+  AGENVOY_HISTORY_DAYS ago are deleted, with their notification deliveries and the questions
+  their servers asked (SPEC 20.4);
 - calls created more than AGENVOY_RESULT_DAYS ago keep the first RESULT_HEAD characters of a
   longer result, followed by `\\n[result removed after <N> days]`; their other copies of the
   result (`raw_result`, the full text; `native_result`, what an MCP client was sent) are
@@ -38,7 +39,7 @@ from django.utils import timezone
 
 from . import db
 from .choices import CALL_LIVE
-from .models import AuditEntry, Delivery, ToolCall
+from .models import AuditEntry, Delivery, Question, ToolCall
 
 log = logging.getLogger("mcpcore.retention")
 
@@ -69,6 +70,7 @@ class Pruned:
     deliveries: int = 0
     results: int = 0
     audit: int = 0
+    questions: int = 0
     busy: bool = False  # another process held the lock: this pass stopped early
 
     def add(self, other: "Pruned") -> None:
@@ -76,6 +78,7 @@ class Pruned:
         self.deliveries += other.deliveries
         self.results += other.results
         self.audit += other.audit
+        self.questions += other.questions
         self.busy = self.busy or other.busy
 
 
@@ -94,7 +97,7 @@ def _ours() -> bool:
 
 def delete_batch(cutoff: datetime.datetime, limit: int = BATCH) -> Pruned:
     """Delete up to `limit` ended calls created before `cutoff`, oldest first, and their
-    deliveries, in one transaction."""
+    deliveries and questions, in one transaction."""
     with transaction.atomic():
         if not _ours():
             return Pruned(busy=True)
@@ -103,8 +106,11 @@ def delete_batch(cutoff: datetime.datetime, limit: int = BATCH) -> Pruned:
         if not ids:
             return Pruned()
         deliveries, _ = Delivery.objects.filter(call_id__in=ids).delete()
-        calls, _ = old.filter(id__in=ids).delete()
-    return Pruned(calls=calls, deliveries=deliveries)
+        # The questions go by the cascade of their foreign key (one DELETE); `only("id")`
+        # keeps the cascade from loading the calls' results to delete them.
+        _, deleted = old.filter(id__in=ids).only("id").delete()
+        calls, questions = deleted.get(ToolCall._meta.label, 0), deleted.get(Question._meta.label, 0)
+    return Pruned(calls=calls, deliveries=deliveries, questions=questions)
 
 
 def delete_audit_batch(cutoff: datetime.datetime, limit: int = BATCH) -> Pruned:

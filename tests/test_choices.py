@@ -4,7 +4,7 @@
 import pytest
 
 from mcpcore import choices
-from mcpcore.models import ApiToken, Delivery, NotificationTarget, Server, ToolCall
+from mcpcore.models import ApiToken, Delivery, NotificationTarget, Question, Server, ToolCall
 
 
 def test_it_keeps_the_words_of_the_contract():
@@ -42,6 +42,26 @@ def test_it_keeps_the_words_of_the_contract():
     assert choices.TokenRole.values == ["agent", "approver", "admin"]
     assert choices.TargetKind.values == ["webhook", "ntfy"]
     assert choices.DeliveryStatus.values == ["pending", "sent", "failed"]
+    # SPEC 20.4: how a server asks, and where its question is.
+    assert choices.QuestionMode.values == ["form", "url"]
+    assert choices.QuestionStatus.values == [
+        "asked",
+        "pending",
+        "answered",
+        "declined",
+        "cancelled",
+        "expired",
+    ]
+
+
+def test_it_tells_open_questions_from_ended_ones_and_each_action_its_end():
+    from mcpcore import questions
+
+    assert set(questions.OPEN) == {"asked", "pending"}
+    assert questions.ENDED_BY == {"accept": "answered", "decline": "declined", "cancel": "cancelled"}
+    assert set(questions.OPEN) | set(questions.ENDED_BY.values()) | {"expired"} == set(
+        choices.QuestionStatus.values
+    )
 
 
 def test_it_splits_every_call_status_into_live_or_ended():
@@ -65,6 +85,8 @@ def test_it_splits_every_call_status_into_live_or_ended():
         (NotificationTarget, "kind", choices.TargetKind),
         (Delivery, "status", choices.DeliveryStatus),
         (ApiToken, "role", choices.TokenRole),
+        (Question, "mode", choices.QuestionMode),
+        (Question, "status", choices.QuestionStatus),
     ],
 )
 def test_it_gives_each_model_field_its_vocabulary(model, field, vocabulary):

@@ -66,8 +66,9 @@ def test_it_builds_a_field_of_every_kind_in_the_schemas_order():
     )  # fmt: skip
     assert [field(n).format for n in ("email", "site", "day", "at")] == ["email", "uri", "date", "date-time"]
     assert [field(n).input_type for n in ("name", "email", "site", "day", "at", "ratio")] == [
-        "text", "email", "url", "date", "datetime-local", "number"
+        "text", "email", "url", "text", "text", "number"
     ]  # fmt: skip
+    assert [field(n).placeholder for n in ("name", "day", "at")] == ["", "YYYY-MM-DD", "YYYY-MM-DDThh:mm:ssZ"]
     assert (field("ratio").minimum, field("ratio").maximum, field("ratio").step) == (0.5, 2.5, "any")
     assert (field("count").minimum, field("count").maximum, field("count").step) == (1, 10, "1")
     assert field("email").title == "email"  # no title: the field's name

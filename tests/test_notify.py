@@ -361,3 +361,66 @@ def test_it_tells_webhooks_about_a_pending_prompt_or_resource_with_its_kind_and_
     assert "uri" not in data and data["approve_url"] and data["deny_url"]
     data = bodies[str(resource.id)]["data"]
     assert (data["kind"], data["uri"], data["tool_args"]) == ("resource", URI, {"uri": URI})
+
+
+# --- servers' questions (SPEC 20.4) -----------------------------------------------------------
+
+
+def pending_question(message="Which branch?"):
+    from mcpcore import questions
+
+    call = pending_call(tool="deploy")
+    ToolCall.objects.filter(id=call.id).update(status="running", confirm_id=None, notified=notify.TOLD_ALL)
+    return questions.ask(call.id, "every", "form", message, {"type": "object", "properties": {}})
+
+
+def test_it_words_a_questions_ntfy_push_without_buttons():
+    data = {"server": "every", "message": "Which branch?", "url": "https://c.example/pending/q/"}
+    text, headers = notify.ntfy_request({"type": "question.pending", "data": data})
+    assert text == "every asks: Which branch?"
+    assert headers == {
+        "Title": "Question from every",
+        "Click": "https://c.example/pending/q/",
+        "Tags": "question",
+    }
+
+
+@pytest.mark.django_db
+def test_it_tells_every_target_once_of_a_question_in_the_inbox(settings):
+    from mcpcore import questions
+
+    settings.AGENVOY_PUBLIC_URL = "https://c.example"
+    hook, _ = notify.add_target("webhook", "http://127.0.0.1:9/a")
+    notify.add_target("ntfy", "http://127.0.0.1:9/b")
+    q = pending_question()
+    relayed_call = pending_call(tool="x", via="mcp", client_asks="form")
+    ToolCall.objects.filter(id=relayed_call.id).update(status="running", confirm_id=None, notified=2)
+    questions.ask(relayed_call.id, "every", "form", "Relayed?", {})  # the client answers it: no one is told
+    assert notify.enqueue() == 1
+    assert notify.enqueue() == 0
+    rows = list(Delivery.objects.order_by("id"))
+    assert [d.event_type for d in rows] == ["question.pending", "question.pending"]
+    assert {d.call_id for d in rows} == {q.call_id}  # retention deletes them with the call
+    event = json.loads(rows[0].body)
+    assert event["type"] == "question.pending"
+    data = event["data"]
+    assert data["kind"] == "question" and data["id"] == str(q.id) and data["message"] == "Which branch?"
+    assert data["server"] == "every" and data["url"] == f"https://c.example/pending/{q.id}/"
+    assert "approve_url" not in data and "deny_url" not in data
+    assert data["tool_name"] == "mcp__every__deploy" and data["schema"] == {
+        "type": "object",
+        "properties": {},
+    }
+    text, headers = notify.ntfy_request(event)
+    assert text == "every asks: Which branch?" and "Actions" not in headers
+    assert rows[0].target_id == hook.id
+
+
+@pytest.mark.django_db
+def test_it_tells_nobody_of_a_question_answered_before_the_notifier_looked():
+    from mcpcore import questions
+
+    notify.add_target("webhook", "http://127.0.0.1:9/a")
+    q = pending_question()
+    questions.answer(q.id, {"action": "cancel"}, "ann")
+    assert notify.enqueue() == 0 and Delivery.objects.count() == 0

@@ -196,3 +196,23 @@ async def test_it_expires_a_pending_question_while_waiting():
     await Question.objects.filter(id=q.id).aupdate(expires_at=soon)
     got = await asyncio.wait_for(questions.wait_answer(q, float("inf")), 5)
     assert got.status == "expired" and questions.result_for_server(got) == {"action": "cancel"}
+
+
+@pytest.mark.django_db
+def test_it_sweeps_out_questions_past_their_time_or_of_calls_that_ended():
+    live_call = running()
+    due = questions.ask(live_call.id, "every", "form", "Late?", SCHEMA)
+    waiting = questions.ask(live_call.id, "every", "form", "Still?", SCHEMA)
+    Question.objects.filter(id=due.id).update(expires_at=timezone.now() - datetime.timedelta(seconds=1))
+    gone = running(via="mcp", client_asks="form")
+    orphans = [
+        questions.ask(gone.id, "every", "form", "Relayed?", SCHEMA),
+        questions.ask(gone.id, "every", "url", "Open?", url="https://idp.example/x"),
+    ]
+    gone.status = "interrupted"
+    gone.save(update_fields=["status"])
+    assert questions.sweep() == 3
+    assert Question.objects.get(id=due.id).status == "expired"
+    assert Question.objects.get(id=waiting.id).status == "pending"
+    assert {Question.objects.get(id=q.id).status for q in orphans} == {"cancelled"}
+    assert questions.sweep() == 0

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from mcpcore import notify, retention
-from mcpcore.models import Delivery, NotificationTarget, ToolCall
+from mcpcore.models import Delivery, NotificationTarget, Question, ToolCall
 from tests.live import CALL_COLUMNS, call_row, insert_call_rows, wait_until
 
 DAY = datetime.timedelta(days=1)
@@ -64,6 +64,19 @@ def test_it_deletes_ended_calls_past_the_history_limit_with_their_deliveries_and
     assert left == {pending.id, running.id, recent.id}
     assert set(Delivery.objects.values_list("call_id", flat=True)) == {pending.id, recent.id, None}
     assert Delivery.objects.filter(id=test_message.id).exists()
+
+
+@pytest.mark.django_db
+def test_it_deletes_the_questions_of_a_call_with_it_and_counts_calls_alone():
+    """SPEC 20.4: a question and its answer are kept with the call, and go with it."""
+    gone, kept = call(100 * DAY, "done"), call(100 * DAY, "running")
+    for c in (gone, gone, kept):
+        Question.objects.create(call=c, server_name="srv", message="Name?", schema={}, status="answered")
+
+    done = retention.prune()
+
+    assert (done.calls, done.questions) == (1, 2)
+    assert list(Question.objects.values_list("call_id", flat=True)) == [kept.id]
 
 
 @pytest.mark.django_db

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import calls, control, db, files, notify, retention
+from .. import calls, control, db, files, notify, questions, retention
 from ..models import Server, Worker
 from . import runner, upstream
 from .session import ServerSession, upstream_error
@@ -345,6 +345,7 @@ class Supervisor:
         expired = await db.run(calls.expire_due)
         for call_id in expired:
             await calls.announce(call_id)
+        await db.run(questions.sweep)  # questions past their time, or of calls that ended
         for call_id in await db.run(calls.unstarted_for, list(owned)):
             self.pick_up(call_id)
 

@@ -20,11 +20,12 @@ from django.utils.safestring import SafeString, mark_safe
 
 from .. import allowlist, files, retention, serverconfig, toolviewstore
 from ..appauth import grants
-from ..choices import CallDecision, CallKind, CallStatus, stored_kind
+from ..choices import CallDecision, CallKind, CallStatus, QuestionStatus, stored_kind
 from ..models import (
     ApiToken,
     NotificationTarget,
     PermissionGrant,
+    Question,
     Resource,
     Server,
     ToolCall,
@@ -581,6 +582,56 @@ def confirmation_context(call: ToolCall) -> dict:
         "call": call,
         "item": live.pending_context([call])["pending_items"][0] if pending else None,
         "ending": "" if pending else _ending(call),
+        "detail": True,
+    }
+
+
+def answer_message(server: str, action: str) -> str:
+    """The note after a person answered a server's question."""
+    said = {"accept": "Answer sent", "decline": "Declined", "cancel": "Cancelled"}.get(action, action)
+    return f"{said}: {server}'s question."
+
+
+def question_ending(question: Question) -> str:
+    """How a server's question ended, in a sentence for its pages."""
+    when = question.answered_at
+    at = f" at {when.astimezone(datetime.UTC):%Y-%m-%d %H:%M:%S} UTC" if when else ""
+    who = question.answered_by
+    by = " by the calling client" if who == "client" else f" by {who}" if who and who != "timeout" else ""
+    endings: dict[str, str] = {
+        QuestionStatus.ANSWERED: f"Answered{by}{at}.",
+        QuestionStatus.DECLINED: f"Declined{by}{at}.",
+        QuestionStatus.CANCELLED: f"Cancelled{by}{at}." if who else f"Cancelled{at}: the call ended.",
+        QuestionStatus.EXPIRED: f"Expired{at}: nobody answered in time; the server was told cancel.",
+        QuestionStatus.ASKED: "Asked of the MCP client that made the call.",
+    }
+    return endings.get(question.status, str(question.status))
+
+
+def question_rows(questions: list[Question]) -> list[dict]:
+    """A call's questions for its page: each with its answer's content as shown."""
+    rows = []
+    for q in questions:
+        content = (q.answer or {}).get("content") if isinstance(q.answer, dict) else None
+        rows.append(
+            {
+                "question": q,
+                "ending": question_ending(q),
+                "content": json.dumps(content, indent=2, ensure_ascii=False) if content is not None else "",
+                "schema": json.dumps(q.schema, indent=2, ensure_ascii=False) if q.schema else "",
+            }
+        )
+    return rows
+
+
+def question_context(question: Question) -> dict:
+    """A server's question's own page: its form while it waits, how it ended after."""
+    pending = question.status == QuestionStatus.PENDING
+    return {
+        "question": question,
+        "call": question.call,
+        "q": live.question_item(question) if pending else None,
+        "ending": "" if pending else question_ending(question),
         "detail": True,
     }
 

@@ -8,16 +8,16 @@ same fragments from the same functions, so a push and a reload show the same thi
 
 import hashlib
 import json
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from asgiref.sync import sync_to_async
 from django.db.models import Count
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from .. import oauth
-from ..choices import CallStatus
-from ..models import Server, SessionAllowance, ToolCall
+from .. import elicitation, oauth
+from ..choices import CallStatus, QuestionMode, QuestionStatus
+from ..models import Question, Server, SessionAllowance, ToolCall
 
 PENDING_SHOWN = 200  # the list and the badge stop counting here ("200+")
 
@@ -62,6 +62,12 @@ def pending_calls() -> list[ToolCall]:
     )
 
 
+def pending_questions() -> list[Question]:
+    """Servers' questions waiting in the inbox (SPEC 20.4), oldest first, with their calls."""
+    rows = Question.objects.select_related("call").filter(status=QuestionStatus.PENDING)
+    return list(rows.order_by("created_at")[: PENDING_SHOWN + 1])
+
+
 def allowances() -> list[SessionAllowance]:
     """Session allowances in force, newest first (the Pending page lists them)."""
     rows = SessionAllowance.objects.filter(revoked_at__isnull=True).select_related("token")
@@ -75,30 +81,90 @@ def badge_text(count: int) -> str:
 
 
 def pending_count() -> int:
-    return ToolCall.objects.filter(status=CallStatus.PENDING)[: PENDING_SHOWN + 1].count()
+    calls = ToolCall.objects.filter(status=CallStatus.PENDING)[: PENDING_SHOWN + 1].count()
+    return calls + Question.objects.filter(status=QuestionStatus.PENDING)[: PENDING_SHOWN + 1].count()
 
 
-def pending_context(rows: list[ToolCall]) -> dict:
+def _left(expires_at, now) -> dict:
+    left = (expires_at - now).total_seconds() if expires_at else None
+    return {
+        "seconds_left": max(0, int(left)) if left is not None else None,
+        "left_text": clock(left) if left is not None else "",
+    }
+
+
+def question_item(question: Question, now=None) -> dict:
+    """What a question's card shows: the form's fields (form mode) or the URL and its host."""
+    call = question.call
+    item = {
+        "question": question,
+        "call": call,
+        "tool": call.tool or call.tool_name,
+        "args": json.dumps(call.arguments, indent=2, ensure_ascii=False),
+        **_left(question.expires_at, now or timezone.now()),
+    }
+    if question.mode == QuestionMode.URL:
+        parts = urlsplit(question.url)
+        item["host"] = parts.hostname or question.url
+        # Only a web address gets an Open link: a server's `javascript:` URL stays text.
+        item["open_url"] = question.url if parts.scheme in ("http", "https") and parts.hostname else ""
+    else:
+        item["fields"] = [
+            form_field(question, i, f) for i, f in enumerate(elicitation.fields(question.schema))
+        ]
+    return item
+
+
+def _shown_default(f: elicitation.Field) -> str:
+    """A field's default as its input's value (none for a boolean or several choices)."""
+    value = f.default
+    if value is None or isinstance(value, (bool, list, dict)):
+        return ""
+    return str(value)
+
+
+def form_field(question: Question, index: int, f: elicitation.Field) -> dict:
+    """One field of a question's form as the page renders it: element ids unique on the page
+    (a field's name may hold anything), the default as the input's value, and choices with
+    theirs preselected. A single choice is a select, not radio buttons: a radio group is one
+    Tab stop, the rest reached by arrow keys, which a person filling a form may not guess."""
+    base = f"q-{question.id}-{index}"
+    options = [
+        {"value": value, "label": label, "id": f"{base}-{j}", "checked": f.chosen(value)}
+        for j, (value, label) in enumerate(f.options)
+    ]
+    return {
+        "f": f,
+        "id": base,
+        "value": _shown_default(f),
+        "checked": f.default is True,
+        "options": options,
+        "has_choice": any(o["checked"] for o in options),
+    }
+
+
+def pending_context(rows: list[ToolCall], asked: list[Question] | None = None) -> dict:
     now = timezone.now()
+    asked = asked or []
     items = []
     for call in rows[:PENDING_SHOWN]:
-        left = (call.expires_at - now).total_seconds() if call.expires_at else None
         items.append(
             {
                 "call": call,
                 "args": json.dumps(call.arguments, indent=2, ensure_ascii=False),
-                "seconds_left": max(0, int(left)) if left is not None else None,
-                "left_text": clock(left) if left is not None else "",
+                **_left(call.expires_at, now),
             }
         )
     # What the list shows, for the browser to skip swapping in an identical list (a swap in
     # the middle of a click would lose it). Time left is kept current by the page itself.
     shown = ",".join(f"{c.confirm_id}" for c in rows[:PENDING_SHOWN])
+    shown += ";" + ",".join(f"{q.id}" for q in asked[:PENDING_SHOWN])
     return {
         "pending_sig": hashlib.sha1(shown.encode()).hexdigest()[:16],
         "pending_items": items,
-        "pending_more": len(rows) > PENDING_SHOWN,
-        "pending_badge": badge_text(len(rows)),
+        "question_items": [question_item(q, now) for q in asked[:PENDING_SHOWN]],
+        "pending_more": len(rows) > PENDING_SHOWN or len(asked) > PENDING_SHOWN,
+        "pending_badge": badge_text(len(rows) + len(asked)),
     }
 
 
@@ -134,7 +200,7 @@ def _render_status(page: str, query: dict, server_name: str) -> str:
 
 def _render_pending(page: str) -> str:
     if page == "pending":
-        context = pending_context(pending_calls())
+        context = pending_context(pending_calls(), pending_questions())
         html: str = render_to_string("mcpcore/pending_list.html#pending-list", {**context, "oob": True})
         # Allowances come and go with replies and revoked tokens: the same push keeps them current.
         html += render_to_string(

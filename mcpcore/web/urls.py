@@ -27,6 +27,7 @@ urlpatterns = [
     path("pending/<str:confirm_id>/reply/", views.pending_reply, name="pending-reply"),
     path("pending/feed/", views.pending_feed, name="pending-feed"),
     path("pending/<uuid:confirm_id>/", views.pending_detail, name="pending-detail"),
+    path("pending/<uuid:question_id>/answer/", views.pending_answer, name="pending-answer"),
     path("pending/allowances/<int:pk>/revoke/", views.allowance_revoke, name="allowance-revoke"),
     path("history/", views.history, name="history"),
     path("history/<uuid:call_id>/", views.call_detail, name="call-detail"),

@@ -39,16 +39,18 @@ from .. import (
     calls,
     control,
     db,
+    elicitation,
     files,
     notify,
     oauth,
     onetap,
+    questions,
     rules,
     serverconfig,
     toolviewstore,
 )
 from ..appauth import grants
-from ..choices import CallStatus, ServerState, TargetKind, TokenRole
+from ..choices import CallStatus, QuestionMode, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
     AppClient,
@@ -56,6 +58,7 @@ from ..models import (
     AuditEntry,
     NotificationTarget,
     PermissionGrant,
+    Question,
     Server,
     SessionAllowance,
     Tool,
@@ -82,6 +85,7 @@ if TYPE_CHECKING:
 
 from .display import (
     RESULT_HEAD,
+    answer_message,
     audit_rows,
     check_url,
     claude_code_settings,
@@ -97,6 +101,8 @@ from .display import (
     pattern_lines,
     pretty,
     preview_row,
+    question_context,
+    question_rows,
     reconnect_message,
     reply_message,
     result_context,
@@ -562,7 +568,7 @@ def oauth_callback(request: HtmxRequest) -> HttpResponse:
 @require_safe
 @htmx_page
 def pending(request: HtmxRequest) -> HttpResponse:
-    context = live.pending_context(live.pending_calls())
+    context = live.pending_context(live.pending_calls(), live.pending_questions())
     if request.htmx:
         return _fragment(
             request,
@@ -598,7 +604,10 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
         else:
             messages.success(request, reply_message(call))
     if request.htmx:
-        context = {**live.pending_context(live.pending_calls()), "allowances": live.allowances()}
+        context = {
+            **live.pending_context(live.pending_calls(), live.pending_questions()),
+            "allowances": live.allowances(),
+        }
         return _fragment(
             request,
             "mcpcore/pending_list.html#pending-list",
@@ -623,13 +632,48 @@ def allowance_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
 @require_safe
 @htmx_page
 def pending_detail(request: HtmxRequest, confirm_id: uuid.UUID) -> HttpResponse:
-    """One confirmation's own page: the inbox's buttons while it waits, how it ended after.
-    Every link the console sends (webhooks, ntfy, browser notifications) points here."""
-    call = get_object_or_404(ToolCall, confirm_id=confirm_id)
-    context = confirmation_context(call)
+    """One confirmation's or server's question's own page: the inbox's buttons (or form) while
+    it waits, how it ended after. Every link the console sends (webhooks, ntfy, browser
+    notifications) points here."""
+    call = ToolCall.objects.filter(confirm_id=confirm_id).first()
+    if call is None:
+        question = get_object_or_404(Question.objects.select_related("call"), id=confirm_id)
+        context, fragment = question_context(question), "question-detail"
+    else:
+        context, fragment = confirmation_context(call), "pending-detail"
     if request.htmx:
-        return render(request, "mcpcore/pending_detail.html#pending-detail", context)
+        return render(request, f"mcpcore/pending_detail.html#{fragment}", context)
     return render(request, "mcpcore/pending_detail.html", context)
+
+
+@login_required
+@require_POST
+def pending_answer(request: HtmxRequest, question_id: uuid.UUID) -> HttpResponse:
+    """A person's answer to a server's question (SPEC 20.4): Submit (the form's fields, checked
+    against the question's schema), Done (URL mode), Decline or Cancel."""
+    question = get_object_or_404(Question, id=question_id)
+    action = request.POST.get("action", "")
+    body: dict = {"action": action}
+    if action == "accept" and question.mode == QuestionMode.FORM:
+        body["content"] = elicitation.from_form(question.schema, request.POST)
+    try:
+        questions.answer(question.id, body, request.user.get_username())
+    except calls.CallError as exc:
+        messages.error(request, f"Not sent: {exc.message}.")
+    else:
+        messages.success(request, answer_message(question.server_name, action))
+    if request.htmx:
+        context = {
+            **live.pending_context(live.pending_calls(), live.pending_questions()),
+            "allowances": live.allowances(),
+        }
+        return _fragment(
+            request,
+            "mcpcore/pending_list.html#pending-list",
+            context,
+            oob=("base.html#pending-badge", "mcpcore/pending_list.html#allowances"),
+        )
+    return _back(request, "pending")
 
 
 @login_required
@@ -644,6 +688,17 @@ def pending_feed(request: HtmxRequest) -> JsonResponse:
             "url": reverse("pending-detail", args=[c.confirm_id]),
         }
         for c in live.pending_calls()[: live.PENDING_SHOWN]
+    ]
+    items += [
+        {
+            "id": str(q.id),
+            "tool": notify.short_tool(q.call.tool_name, q.server_name),
+            "server": q.server_name,
+            "title": f"Question from {q.server_name}",
+            "body": f"{q.server_name} asks: {q.message}",
+            "url": reverse("pending-detail", args=[q.id]),
+        }
+        for q in live.pending_questions()[: live.PENDING_SHOWN]
     ]
     return JsonResponse({"pending": items}, headers={"Cache-Control": "no-store"})
 
@@ -694,6 +749,7 @@ def call_detail(request: HtmxRequest, call_id: uuid.UUID) -> HttpResponse:
         return render(request, "mcpcore/call_detail.html#call-result", context)
     raw = call.raw_result if call.raw_result and call.raw_result != call.result else ""
     context.update(
+        questions=question_rows(questions.of_call(call.id)),
         args=pretty(call.arguments),
         raw=result_view(raw) if raw else None,
         raw_size=len(raw.encode()) if raw else 0,

@@ -130,8 +130,9 @@
   function notifyNew(item) {
     var note;
     try {
-      note = new Notification("Approval needed: " + item.tool, {
-        body: item.tool + " on " + item.server + " is waiting for approval",
+      // A server's question carries its own words; a confirmation is worded here.
+      note = new Notification(item.title || "Approval needed: " + item.tool, {
+        body: item.body || item.tool + " on " + item.server + " is waiting for approval",
         tag: "agv-" + item.id, // one notification per confirmation, however many tabs are open
       });
     } catch (err) {

@@ -158,13 +158,13 @@ def _path(name: str, call: ToolCall) -> str:
         kwargs = {"call_id": str(call.id)}
     elif name == "api-confirm":
         kwargs = {"session_id": call.session_id, "confirm_id": str(call.confirm_id)}
-    elif name == "api-grant-revoke":
-        kwargs = {"grant_id": "1"}
     elif name == "api-pending-answer":
         # A question the server of `call` asks (the call left as it is: only the question is
         # the pending item here).
         question = questions.ask(call.id, "srv", "form", "Go on?", {"type": "object", "properties": {}})
         kwargs = {"question_id": str(question.id)}
+    elif name == "api-grant-revoke":
+        kwargs = {"grant_id": "1"}
     return reverse(name, kwargs=kwargs)
 
 

@@ -44,14 +44,15 @@ def test_it_pushes_the_status_panel_to_that_servers_page(every, user, django_ass
 
 def test_it_pushes_the_pending_list_and_badge(every, user, django_assert_num_queries):
     call = make_call()
-    # The list, and on the Pending page its session allowances (revoked tokens drop theirs).
-    with django_assert_num_queries(2):
+    # The list (its confirmations, and servers' questions: SPEC 20.4), and on the Pending page
+    # its session allowances (revoked tokens drop theirs).
+    with django_assert_num_queries(3):
         html = push({"type": "pending.changed", "call_id": str(call.id)}, _scope(user, "pending"))
     assert '<div id="allowances" hx-swap-oob="true">' in html
     assert re.search(r'<div id="pending-list" class="pending-list" data-sig="\w+" hx-swap-oob="true"', html)
     assert f"pending-{call.confirm_id}" in html
     assert re.search(r'<span id="pending-badge"[^>]*hx-swap-oob="true">1</span>', html)
-    with django_assert_num_queries(1):
+    with django_assert_num_queries(2):  # the badge counts confirmations and questions
         other = push({"type": "pending.changed", "call_id": str(call.id)}, _scope(user, "servers"))
     assert "pending-list" not in other and re.search(r'id="pending-badge"[^>]*>1</span>', other)
 
