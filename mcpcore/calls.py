@@ -204,10 +204,7 @@ def create(
     if tool is None:
         raise CallError(f"unknown tool: {name}", 404)
     server = tool.server
-    if server.state == ServerState.NEEDS_AUTHORIZATION:
-        raise CallError(oauth.needs_authorization(server.name), 503)
-    if server.state not in (ServerState.CONNECTED, ServerState.CONNECTING):
-        raise CallError(f"server {server.name} is not connected: {server.last_error or server.state}", 503)
+    _reachable(server)
     if norm == Mode.AUTO and token is not None and not token.may_auto:
         raise CallError("this token may not use auto mode", 403)
     session_id = request.session_id or time_ordered_uuid().hex
@@ -245,14 +242,31 @@ def create(
         via=via,
         client_asks=client_asks,
     )
+    return _record(call, decision, token, local, now)
+
+
+def _reachable(server: Server) -> None:
+    """A call can go to the server now (connected, or connecting: it waits for the session);
+    else the 503 of SPEC 6 and 16.1."""
+    if server.state == ServerState.NEEDS_AUTHORIZATION:
+        raise CallError(oauth.needs_authorization(server.name), 503)
+    if server.state not in (ServerState.CONNECTED, ServerState.CONNECTING):
+        raise CallError(f"server {server.name} is not connected: {server.last_error or server.state}", 503)
+
+
+def _record(
+    call: ToolCall, decision: gate.Decision, token: ApiToken | None, local: LocalSupervisor | None, now
+) -> ToolCall:
+    """Apply the gate's decision to a new call of a server and record it (one INSERT): a rule's
+    deny ends it with nobody asked and nothing run; a run is recorded `running` (claimed by
+    `local` when it holds the server); else it waits for a person."""
     if decision.reason == RuleDecision.DENY:
-        # Denied by a rule: nobody is asked and nothing runs.
         call.status, call.decision = CallStatus.SKIPPED, CallDecision.RULE
         call.decided_at = call.ended_at = now
         call.decided_by, call.result = "rule", gate.denied_text(decision.rule)
     elif decision.run:
         call.status, call.decision, call.decided_at = CallStatus.RUNNING, decision.reason, now
-        if local is not None and local.holds(server.name):
+        if local is not None and local.holds(call.server_name):
             call.started_at, call.worker = now, local.name
     else:
         _wait_for_a_person(call, token, now)
@@ -282,10 +296,7 @@ def create_read(
     on the registered prompt name, `resource:` rules on the server with the URI). The door has
     already routed it (the server owns the prompt or URI, and the client may see it). Sync, like
     `create`: run it with `db.write`."""
-    if server.state == ServerState.NEEDS_AUTHORIZATION:
-        raise CallError(oauth.needs_authorization(server.name), 503)
-    if server.state not in (ServerState.CONNECTED, ServerState.CONNECTING):
-        raise CallError(f"server {server.name} is not connected: {server.last_error or server.state}", 503)
+    _reachable(server)
     if kind == CallKind.PROMPT:
         tool_name, tool, checked_as = names.registered_name(server.name, name), name, arguments
         rule_name = f"prompt:{tool_name}"
@@ -314,20 +325,7 @@ def create_read(
         rule=decision.rule,
         via=via,
     )
-    if decision.reason == RuleDecision.DENY:
-        call.status, call.decision = CallStatus.SKIPPED, CallDecision.RULE
-        call.decided_at = call.ended_at = now
-        call.decided_by, call.result = "rule", gate.denied_text(decision.rule)
-    elif decision.run:
-        call.status, call.decision, call.decided_at = CallStatus.RUNNING, decision.reason, now
-        if local is not None and local.holds(server.name):
-            call.started_at, call.worker = now, local.name
-    else:
-        _wait_for_a_person(call, token, now)
-    callsql.insert(call)
-    if call.ended:
-        _count_end(call)
-    return call
+    return _record(call, decision, token, local, now)
 
 
 def _still_live(token: ApiToken) -> bool:
