@@ -15,6 +15,24 @@ from ..models import Prompt, Resource, ResourceTemplate, Server, Tool
 log = logging.getLogger("mcpcore.supervisor")
 
 
+def _registered(kind: str, server: str, name: str, seen: set[str], warnings: list[str]) -> str | None:
+    """The registered name of a server's tool or prompt (SPEC 3), `name` already trimmed;
+    None, with a warning, for one that is skipped: empty, unfit for `allow_tool` (it could not
+    be written there and read back as itself), or the same registered name as an earlier one."""
+    if not name:
+        warnings.append(f"a {kind} with an empty name was skipped")
+        return None
+    if allowlist.entry_problem(name):
+        warnings.append(f"{kind} {name!r} skipped: control characters or line separators in its name")
+        return None
+    reg = names.registered_name(server, name)
+    if reg in seen:
+        warnings.append(f"{kind} {name!r} maps to {reg}, already registered: rejected")
+        return None
+    seen.add(reg)
+    return reg
+
+
 def tool_dicts(server: str, tools: list) -> tuple[list[dict], list[str]]:
     """Registered tool rows from an SDK tool list, and the warnings for skipped tools."""
     rows: list[dict] = []
@@ -23,18 +41,9 @@ def tool_dicts(server: str, tools: list) -> tuple[list[dict], list[str]]:
     for tool in tools:
         # The registered name is trimmed (SPEC 3); the server is always called by its own name.
         tool_name = (tool.name or "").strip()
-        if not tool_name:
-            warnings.append("a tool with an empty name was skipped")
+        reg = _registered("tool", server, tool_name, seen, warnings)
+        if reg is None:
             continue
-        if allowlist.entry_problem(tool_name):
-            # Such a name could not be written to allow_tool and read back as itself.
-            warnings.append(f"tool {tool_name!r} skipped: control characters or line separators in its name")
-            continue
-        reg = names.registered_name(server, tool_name)
-        if reg in seen:
-            warnings.append(f"tool {tool_name!r} maps to {reg}, already registered: rejected")
-            continue
-        seen.add(reg)
         schema = tool.input_schema if isinstance(tool.input_schema, dict) else None
         annotations = (
             tool.annotations.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -153,17 +162,9 @@ def prompt_dicts(server: str, prompts: list) -> tuple[list[dict], list[str]]:
     for prompt in prompts:
         wire = _wire(prompt)
         name = (wire.get("name") or "").strip()
-        if not name:
-            warnings.append("a prompt with an empty name was skipped")
+        reg = _registered("prompt", server, name, seen, warnings)
+        if reg is None:
             continue
-        if allowlist.entry_problem(name):
-            warnings.append(f"prompt {name!r} skipped: control characters or line separators in its name")
-            continue
-        reg = names.registered_name(server, name)
-        if reg in seen:
-            warnings.append(f"prompt {name!r} maps to {reg}, already registered: rejected")
-            continue
-        seen.add(reg)
         rows.append(
             {
                 "name": wire["name"],

@@ -182,30 +182,27 @@ async def _rounds(client, call: ToolCall, asking: "Asking", on_progress):
     from mcp_types import HEADER_MISMATCH, InputRequiredResult
 
     responses, state = None, None
+
+    def one_round():
+        return client.session.call_tool(
+            call.tool,
+            call.arguments,
+            progress_callback=on_progress,
+            input_responses=responses,
+            request_state=state,
+            allow_input_required=True,
+        )
+
     for _ in range(ROUNDS):
         try:
-            result = await client.session.call_tool(
-                call.tool,
-                call.arguments,
-                progress_callback=on_progress,
-                input_responses=responses,
-                request_state=state,
-                allow_input_required=True,
-            )
+            result = await one_round()
         except MCPError as exc:
             if exc.error.code != HEADER_MISMATCH:
                 raise
             # The SDK's own recovery (`Client.call_tool`): the tool's listed schema is stale,
             # so list it again and send the same round once more.
             await client._relist_tool(call.tool)
-            result = await client.session.call_tool(
-                call.tool,
-                call.arguments,
-                progress_callback=on_progress,
-                input_responses=responses,
-                request_state=state,
-                allow_input_required=True,
-            )
+            result = await one_round()
         if not isinstance(result, InputRequiredResult):
             return result
         answered = {}

@@ -603,6 +603,12 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
             messages.error(request, f"Not applied: {exc.message}.")
         else:
             messages.success(request, reply_message(call))
+    return _inbox_after(request)
+
+
+def _inbox_after(request: HtmxRequest) -> HttpResponse:
+    """After a reply or an answer: the inbox's list (and its badge and allowances) for htmx,
+    else back where the person came from."""
     if request.htmx:
         context = {
             **live.pending_context(live.pending_calls(), live.pending_questions()),
@@ -662,18 +668,7 @@ def pending_answer(request: HtmxRequest, question_id: uuid.UUID) -> HttpResponse
         messages.error(request, f"Not sent: {exc.message}.")
     else:
         messages.success(request, answer_message(question.server_name, action))
-    if request.htmx:
-        context = {
-            **live.pending_context(live.pending_calls(), live.pending_questions()),
-            "allowances": live.allowances(),
-        }
-        return _fragment(
-            request,
-            "mcpcore/pending_list.html#pending-list",
-            context,
-            oob=("base.html#pending-badge", "mcpcore/pending_list.html#allowances"),
-        )
-    return _back(request, "pending")
+    return _inbox_after(request)
 
 
 @login_required
