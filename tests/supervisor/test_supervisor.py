@@ -67,8 +67,11 @@ def test_it_registers_real_servers_over_stdio_and_http(console, everything_http)
     tools = c.tools()
     for prefix in ("mcp__every__", "mcp__everyhttp__"):
         names = {n for n in tools if n.startswith(prefix)}
-        assert len(names) == 13, names
+        # 13, and the two that ask the client (it registers them only for a client that
+        # declares form and URL elicitation, as the console does: SPEC 20.4).
+        assert len(names) == 15, names
         assert {prefix + "echo", prefix + "get-sum", prefix + "get-tiny-image"} <= names
+        assert {prefix + "trigger-elicitation-request", prefix + "trigger-url-elicitation"} <= names
     get_sum = tools["mcp__every__get-sum"]["parameters"]
     assert set(get_sum["properties"]) >= {"a", "b"}
     assert tools["mcp__time__get_current_time"]["server"] == "time"
