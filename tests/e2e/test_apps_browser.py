@@ -112,3 +112,6 @@ def test_it_lets_a_person_allow_an_app_and_approve_its_call(page, console):
     expect(apps).to_contain_text(APP)
     expect(apps).to_contain_text(USER)
     assert a11y.check(page, "tokens (connected apps)") == []
+    apps.get_by_role("button", name="Revoke").click()
+    expect(page.locator("#connected-apps")).to_contain_text("No connected apps.")
+    assert a11y.check(page, "tokens (an app revoked)") == []

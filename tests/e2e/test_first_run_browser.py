@@ -52,6 +52,9 @@ ACTIONS = {
     "pending-feed": "JSON for the page's script, not a page",
     "account": "its own module, with the sign-in pages: tests/e2e/test_signin_browser.py",
     "session-sign-out": "account (redirect): tests/e2e/test_signin_browser.py",
+    "app-allow": "the Allow an app page, in its own module with the OAuth flow: tests/e2e/test_apps_browser.py",
+    "app-revoke": "tokens (after the revoke): tests/e2e/test_apps_browser.py",
+    "pending-answer": "pending (htmx fragment inside it): tests/e2e/test_questions_browser.py",
 }
 PAGES_SEEN: dict[str, list[str]] = {}
 PROBLEMS: list[str] = []
@@ -135,7 +138,9 @@ def test_it_walks_the_first_run_path_from_a_fresh_data_folder(page, console, age
     expect(row.locator("td.tools")).to_have_text("2")
     guide = page.locator("#first-run")
     expect(guide.get_by_role("heading", name="Try the example")).to_be_visible()
-    expect(guide.get_by_role("listitem")).to_have_count(4)
+    expect(guide.get_by_role("listitem")).to_have_count(5)
+    # The last step says how the servers' prompts and resources appear in Claude Code.
+    expect(guide.get_by_role("listitem").last).to_contain_text("/mcp__agenvoy__<server>__<prompt>")
     expect(page.get_by_role("button", name="Add an example server")).to_have_count(0)
     seen(page, "servers", "the example server")
     shoot(page, "3-servers-example")
