@@ -60,3 +60,21 @@ def make_call(status="pending", tool="echo", server="every", **fields) -> ToolCa
         defaults.update(confirm_id=uuid.uuid4(), expires_at=now + datetime.timedelta(minutes=5))
     defaults.update(fields)
     return ToolCall.objects.create(**defaults)
+
+
+async def claimed_call(worker: str, server: str, tool: str, arguments: dict, **fields) -> ToolCall:
+    """A running call of `mcp__<server>__<tool>` recorded as claimed by the supervisor named
+    `worker` (as an approved call is, before that supervisor runs it); `fields` override."""
+    from mcpcore import db
+
+    values = dict(
+        session_id="s",
+        tool_name=f"mcp__{server}__{tool}",
+        server_name=server,
+        tool=tool,
+        arguments=arguments,
+        status="running",
+        started_at=timezone.now(),
+        worker=worker,
+    )
+    return await db.run(ToolCall.objects.create, **{**values, **fields})

@@ -14,7 +14,6 @@ import anyio
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.utils import timezone
 from mcp.client._memory import InMemoryTransport
 
 from mcpcore import control, db
@@ -23,7 +22,7 @@ from mcpcore.supervisor import Supervisor, transport
 from mcpcore.supervisor.consumer import SupervisorConsumer
 from mcpcore.supervisor.session import ServerSession
 from tests.live import await_until, everything_stdio, our_server
-from tests.rows import write_servers
+from tests.rows import claimed_call, write_servers
 from tests.servers.listings import Listings
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -75,18 +74,7 @@ def rows(model, **filters) -> list:
 
 async def run(sup: Supervisor, kind: str, tool_name: str, tool: str, arguments: dict, server: str = NAME):
     """Record a call of `kind` claimed by `sup` and run it there, as an approved call is run."""
-    call = await db.run(
-        ToolCall.objects.create,
-        session_id="s",
-        kind=kind,
-        tool_name=tool_name,
-        server_name=server,
-        tool=tool,
-        arguments=arguments,
-        status="running",
-        started_at=timezone.now(),
-        worker=sup.name,
-    )
+    call = await claimed_call(sup.name, server, tool, arguments, kind=kind, tool_name=tool_name)
     with anyio.fail_after(30):
         stored = await sup.run(call)
     assert stored is not None

@@ -21,7 +21,7 @@ from mcpcore.models import Question, ToolCall
 from mcpcore.supervisor import Supervisor
 from mcpcore.supervisor.session import ServerSession
 from tests.live import await_until, our_server
-from tests.rows import write_servers
+from tests.rows import claimed_call, write_servers
 
 NAME = "asking"
 ERAS = [pytest.param(False, id="2026-07-28"), pytest.param(True, id="2025-11-25")]
@@ -49,18 +49,7 @@ async def holding(agenvoy_home, legacy: bool):
 
 async def start(sup: Supervisor, tool: str, arguments: dict, via: str = Via.REST):
     """Record a call claimed by `sup` and start running it there; the call and its task."""
-    call = await db.run(
-        ToolCall.objects.create,
-        session_id="s",
-        tool_name=f"mcp__{NAME}__{tool}",
-        server_name=NAME,
-        tool=tool,
-        arguments=arguments,
-        status="running",
-        started_at=timezone.now(),
-        worker=sup.name,
-        via=via,
-    )
+    call = await claimed_call(sup.name, NAME, tool, arguments, via=via)
     return call, sup.run(call)
 
 

@@ -8,7 +8,6 @@ import contextlib
 import anyio
 import pytest
 from asgiref.sync import sync_to_async
-from django.utils import timezone
 from mcp.client._memory import InMemoryTransport
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -17,7 +16,7 @@ from mcpcore import db
 from mcpcore.models import ToolCall
 from mcpcore.supervisor import Supervisor, transport
 from mcpcore.supervisor.session import ServerSession
-from tests.rows import write_servers
+from tests.rows import claimed_call, write_servers
 
 NAME = "mem"
 
@@ -106,17 +105,7 @@ async def supervisor_holding(dying: Dying, agenvoy_home, monkeypatch):
 
 async def run(sup: Supervisor, tool: str, arguments: dict) -> ToolCall:
     """Record a call claimed by `sup` and run it there, as an approved call is run."""
-    call = await db.run(
-        ToolCall.objects.create,
-        session_id="s",
-        tool_name=f"mcp__{NAME}__{tool}",
-        server_name=NAME,
-        tool=tool,
-        arguments=arguments,
-        status="running",
-        started_at=timezone.now(),
-        worker=sup.name,
-    )
+    call = await claimed_call(sup.name, NAME, tool, arguments)
     with anyio.fail_after(60):
         stored = await sup.run(call)
     assert stored is not None
