@@ -170,8 +170,11 @@ def upstream_error(exc: BaseException, session: "ServerSession | None" = None) -
 
 
 def _not_supported(exc: BaseException) -> bool:
+    """The server has no such method ("method not found"), even when a task group wrapped it."""
     from mcp.shared.exceptions import MCPError
 
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_not_supported(e) for e in _leaves(exc))
     if type(exc).__name__ == "ListenNotSupportedError":
         return True
     return isinstance(exc, MCPError) and exc.error.code == -32601

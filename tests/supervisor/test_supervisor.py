@@ -268,6 +268,21 @@ def test_it_renews_an_idle_2026_session_without_listen_support_whose_server_died
     )
 
 
+def test_it_polls_a_2026_server_without_listen_support_and_says_so_once(console):
+    # mcp-server-time answers subscriptions/listen with "method not found": the stream is not
+    # opened again each second (a CI console logged "listen ended" every second for minutes).
+    c = console({"time": {"command": str(TIME_SERVER)}}, AGENVOY_PING_SECONDS=1, AGENVOY_POLL_SECONDS=3600)
+    c.wait_connected("time")
+    wait_until(lambda: "time: no listen support" in c.log_text(), 10, what="the server's lack of listen told")
+    # Watched for three seconds (before the fix the stream was opened again each second).
+    watch_until = time.monotonic() + 3
+    while time.monotonic() < watch_until:
+        assert "listen ended" not in c.log_text()
+        time.sleep(0.2)
+    assert c.log_text().count("no listen support") == 1
+    assert c.status()["time"]["state"] == "connected"
+
+
 def test_it_leaves_no_child_of_a_server_behind(console, tmp_path):
     script = tmp_path / "spawner.sh"
     # A "server" that starts a child and then serves through exec: the child must not outlive it.
