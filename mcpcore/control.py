@@ -7,10 +7,54 @@ which the MCP endpoints follow, and a call's own group, which its waiters follow
 what is wanted in the database and says so here (or, for a call in the process that hosts its
 supervisor, through `calls.LocalSupervisor`)."""
 
+import asyncio
+import contextvars
+from collections.abc import Callable, Coroutine
+from typing import Any
+
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from .choices import ServerState
+
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def settle(loop: asyncio.AbstractEventLoop) -> None:
+    """The event loop this process serves on (`mcpcore.runtime`): `run_to_end` runs there."""
+    global _loop
+    _loop = loop
+
+
+def run_to_end[T](fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any) -> T:
+    """`await fn(*args, **kwargs)` from sync code on another thread (a page's view, a `/v1`
+    view's thread, a database job): run to its end on the process's loop, as a task of its own
+    in a context of its own, and its result.
+
+    Not `async_to_sync`, which under an ASGI server runs the coroutine as part of the request:
+    a browser that goes away (a new page, htmx dropping a request) cancels it halfway (a reply
+    recorded but its approved call never started), and the request's task then keeps the
+    view thread's executor, which Django uses once that thread has quit ("CurrentThreadExecutor
+    already quit or is broken"); tasks it starts, such as the approved call's run, would carry
+    that executor too. Where no loop serves (tests under Django's client, management commands)
+    it is `async_to_sync`."""
+    loop = _loop
+    if loop is None or not loop.is_running() or _on_a_loop():
+        return async_to_sync(fn)(*args, **kwargs)
+
+    async def own_task() -> T:
+        return await loop.create_task(fn(*args, **kwargs), context=contextvars.Context())
+
+    return asyncio.run_coroutine_threadsafe(own_task(), loop).result()
+
+
+def _on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
 
 SUPERVISORS = "mcp-supervisors"  # group every supervisor worker joins
 STATUS = "mcp-status"  # group browsers join for live server status
@@ -30,7 +74,7 @@ def config_changed() -> None:
 def send_group(group: str, message: dict) -> None:
     layer = get_channel_layer()
     if layer is not None:
-        async_to_sync(layer.group_send)(group, message)
+        run_to_end(layer.group_send, group, message)
 
 
 async def asend_group(group: str, message: dict) -> None:
@@ -47,7 +91,6 @@ async def asend_group(group: str, message: dict) -> None:
 async def reconnect(name: str | None) -> dict[str, str] | None:
     """Ask the owners of one server (or all) to reconnect, servers in parallel, and gather what
     each became within the connect timeout. None when `name` is not a server."""
-    import asyncio
 
     from django.conf import settings
 
@@ -126,7 +169,6 @@ async def authorize(name: str, person: str) -> str:
     holds it, and return the authorization URL to send the browser to. The flow's row is
     written here first (replacing any earlier flow); the holder fills it in. AuthorizeRefused
     when no worker holds the server or the authorization server can't be reached."""
-    import asyncio
 
     from django.conf import settings
 
@@ -192,7 +234,6 @@ class Refused(Exception):
 async def complete(server: str, ref: dict, argument: dict, context: dict | None) -> dict:
     """Ask the holder of `server` for a completion (SPEC 20.2) and return the server's
     `CompleteResult` as wire JSON."""
-    import asyncio
 
     from django.conf import settings
 
@@ -222,7 +263,6 @@ async def subscribe(server: str, uri: str) -> None:
     connect, and a word to the one holding it now, whose answer is awaited (bounded) so the
     client's subscription is acknowledged only once the server's updates are followed: an
     update in between would be lost."""
-    import asyncio
 
     from django.conf import settings
 

@@ -19,13 +19,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from channels.auth import AuthMiddlewareStack
-from channels.layers import get_channel_layer
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
 
-from . import calls, db, metrics
+from . import calls, control, db, metrics
 from .api.app import ApiHandler, ApiRouter
-from .channellayer import InMemoryChannelLayer
 from .db import cache
 from .mcpserver import McpEndpoint, McpRouter
 from .supervisor import Supervisor, host
@@ -57,6 +55,7 @@ class Runtime:
         # The supervisor as requests see it: set once it is hosted, cleared first on stop.
         self._local: Supervisor | None = None
         self._host: asyncio.Task | None = None
+        self._settled = False
 
     def application(self, site: ASGIApp) -> ASGIApp:
         """The ASGI application: `/mcp` through the MCP SDK's server side, `/v1` through a
@@ -68,6 +67,8 @@ class Runtime:
         websocket = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(routing.websocket_urlpatterns)))
 
         async def with_local(scope: dict, receive, send) -> None:
+            if not self._settled:
+                self._settle()  # a web process under a plain ASGI server has no `start`
             local = self._local
             if local is not None:
                 scope = {**scope, calls.LOCAL: local}
@@ -78,15 +79,18 @@ class Runtime:
     async def start(self) -> None:
         """Host the supervisor (if any) on the running loop: it starts in a task, so pages
         answer while its servers connect, and calls of this process reach it from now on.
-        The one-process layout's channel layer settles on this loop (sync code on other
-        threads reaches it through `async_to_sync`)."""
-        layer = get_channel_layer()
-        if isinstance(layer, InMemoryChannelLayer):
-            layer.settle(asyncio.get_running_loop())
+        Sync code on other threads reaches this loop through `control.run_to_end`."""
+        self._settle()
         if self.supervisor is None or self._host is not None:
             return
         self._local = self.supervisor
         self._host = asyncio.ensure_future(host.run(self.supervisor))
+
+    def _settle(self) -> None:
+        """Sync code on other threads (pages' views, database jobs) reaches this loop, where
+        the one-process channel layer's queues live, through `control.run_to_end`."""
+        control.settle(asyncio.get_running_loop())
+        self._settled = True
 
     async def stop(self, timeout: float) -> None:
         """MCP clients' streams first (their held calls end as cancelled), then the supervisor

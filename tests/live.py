@@ -238,6 +238,21 @@ class Console:
     def log_text(self) -> str:
         return (self.base / f"serve-{self.port}.log").read_text(errors="replace")
 
+    def tracebacks(self) -> list[str]:
+        """Each traceback in serve's log, with the log line before it (what was being done)."""
+        lines = self.log_text().splitlines()
+        found, at = [], 0
+        while at < len(lines):
+            if lines[at].startswith("Traceback"):
+                end = at + 1
+                while end < len(lines) and not lines[end][:4].isdigit():
+                    end += 1
+                found.append("\n".join(lines[max(at - 1, 0) : end]))
+                at = end
+            else:
+                at += 1
+        return found
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> float:
         """Stop serve; returns how long it took to exit."""
         if self.proc is None or self.proc.poll() is not None:

@@ -16,7 +16,6 @@ import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -403,7 +402,7 @@ def server_reconnect(request: HtmxRequest, name: str | None = None) -> HttpRespo
     """Reconnect one server, or all (waits for the outcome, bounded by the connect timeout)."""
     if name is not None:
         name = _get_server_or_404(name).name
-    outcome = async_to_sync(control.reconnect)(name)
+    outcome = control.run_to_end(control.reconnect, name)
     if outcome is None:
         raise Http404("server not found")
     ok = all(o == ServerState.CONNECTED for o in outcome.values())
@@ -484,7 +483,7 @@ def tool_try(request: HtmxRequest, name: str) -> HttpResponse:
     except calls.CallError as exc:
         error = exc.message
     if call is not None:
-        call = async_to_sync(_submit_and_wait)(call, local)
+        call = control.run_to_end(_submit_and_wait, call, local)
     # No call: `error` says why.
     if request.htmx:
         if call is None:
@@ -534,7 +533,7 @@ def server_forget(request: HtmxRequest, name: str) -> HttpResponse:
     authorization again (SPEC 16.2)."""
     server = _get_server_or_404(name)
     oauth.forget(server.name, audit.by(request))
-    async_to_sync(control.reconnect)(server.name)
+    control.run_to_end(control.reconnect, server.name)
     messages.success(request, f"Forgot the authorization of {server.name}.")
     return _go(request, reverse("server-detail", args=[server.name]))
 
@@ -591,7 +590,8 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
     else:
         body = form.body()
         try:
-            call = async_to_sync(calls.respond)(
+            call = control.run_to_end(
+                calls.respond,
                 form.cleaned_data["session_id"],
                 confirm_id,
                 body,
@@ -880,7 +880,7 @@ def token_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
     revoked, ended = calls.revoke_token(row.pk, audit.by(request))
     for call_id in ended:
         # Open Pending pages drop them live; anyone waiting on them wakes up.
-        async_to_sync(calls.announce)(call_id)
+        control.run_to_end(calls.announce, call_id)
     if revoked and not ended:
         # Its session allowances ended too: open Pending pages drop them.
         control.send_group(control.PENDING, {"type": "pending.changed", "call_id": ""})
@@ -989,7 +989,7 @@ def app_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
     if grants.revoke_grant(grant, by):
         messages.success(request, f"Revoked {grant.token.name}.")
     for call_id in ended:
-        async_to_sync(calls.announce)(call_id)
+        control.run_to_end(calls.announce, call_id)
     return redirect("tokens")
 
 
@@ -1169,7 +1169,8 @@ def one_tap(request: HttpRequest, token: str) -> HttpResponse:
         return _private(response)
     who = f"{target.name} (one-tap)"
     try:
-        async_to_sync(calls.respond)(
+        control.run_to_end(
+            calls.respond,
             call.session_id,
             str(call.confirm_id),
             {"approve": approve},
