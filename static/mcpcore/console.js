@@ -21,10 +21,12 @@
   // Pushes name elements of other pages too (the badge is everywhere, rows are not).
   document.addEventListener("htmx:oobErrorNoTarget", function (e) { e.preventDefault(); });
 
-  // A live part is not swapped while a request from inside it is in flight (the form would be
-  // detached and its answer lost); the page catches up once that request is done. A part
-  // re-sent unchanged (same data-sig) is not swapped either: that would replace the buttons
-  // under the pointer and drop focus. Actions (POST) always swap their own answer.
+  // A live part is not swapped while a request of it or from inside it is in flight (the
+  // form would be detached and its answer lost; the part's own refresh would land on the
+  // detached part, and htmx's swap there took the page's kept fields, hx-preserve, out of the
+  // page: a Reason label left with no field); the page catches up once that request is done.
+  // A part re-sent unchanged (same data-sig) is not swapped either: that would replace the
+  // buttons under the pointer and drop focus. Actions (POST) always swap their own answer.
   var missed = false;
   function busy(target) {
     return !!(target && target.querySelector && target.querySelector(".htmx-request"));
@@ -38,7 +40,7 @@
   document.addEventListener("htmx:oobBeforeSwap", function (e) {
     var target = e.detail.target;
     var incoming = e.detail.fragment && e.detail.fragment.firstElementChild;
-    if (busy(target)) {
+    if (busy(target) || (target && target.classList && target.classList.contains("htmx-request"))) {
       e.detail.shouldSwap = false;
       missed = true;
     } else if (incoming && sameSig(target, incoming.outerHTML.slice(0, 300))) {

@@ -19,7 +19,7 @@ from playwright.sync_api import Page, expect
 import mcpcore.web.urls
 from tests.e2e import a11y
 from tests.e2e.browser import answer, call_in_background, console_with_user, shoot_into, sign_in
-from tests.live import ROOT
+from tests.live import ROOT, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -228,6 +228,44 @@ def test_it_approves_from_the_pending_page_with_the_keyboard_alone(page, console
     page.keyboard.press("Enter")
     done = answer(box)
     assert done["body"]["status"] == "skipped" and "not now" in done["body"]["result"], done
+
+
+def test_it_keeps_every_reason_field_when_a_push_replaces_the_list_during_its_refresh(page, console, agent):
+    # The list's own refresh is held in flight while a live push (a new call) comes. The push
+    # used to replace the list at once, so the refresh's answer landed on the old, detached
+    # list, and htmx's swap there took the page's kept fields (hx-preserve) out of the page: a
+    # cold CI run found a Reason label with no field. The push now waits for the refresh
+    # (static/mcpcore/console.js), and every item keeps its field.
+    first = call_in_background(console, CONVERT, convert_args(), agent["token"], session_id="push-1")
+    page.goto("/pending/")
+    expect(page.locator("article.pending", has=page.get_by_text("push-1"))).to_be_visible()
+    held: list = []
+
+    def hold_refresh(route) -> None:
+        if route.request.headers.get("hx-request"):
+            held.append(route)
+        else:
+            route.continue_()
+
+    # The live socket is open (pushes come) and the list has no request in flight.
+    wait_until(lambda: page.evaluate("() => window.agvLive === true"), 10, what="the live socket open")
+    expect(page.locator("#pending-list.htmx-request")).to_have_count(0)
+    page.route("**/pending/", hold_refresh)
+    with page.expect_request(lambda r: r.url.endswith("/pending/") and bool(r.headers.get("hx-request"))):
+        page.evaluate("() => { htmx.trigger(document.body, 'agv-resync'); }")
+    expect(page.locator("#pending-list.htmx-request")).to_have_count(1)
+    second = call_in_background(console, CONVERT, convert_args(), agent["token"], session_id="push-2")
+    expect(page.locator("#pending-badge")).to_have_text("2")  # the push came (the badge beside the list)
+    assert len(held) == 1, "the list's refresh was not held"
+    with page.expect_response(lambda r: r.request == held[0].request):
+        held[0].continue_()
+    page.unroute("**/pending/")
+    for box, session in ((first, "push-1"), (second, "push-2")):
+        item = page.locator("article.pending", has=page.get_by_text(session))
+        expect(item.get_by_label("Reason")).to_be_visible()
+        item.get_by_label("Reason").fill("cleaning up")
+        item.get_by_role("button", name="Deny").click()
+        assert answer(box)["body"]["status"] == "skipped"
 
 
 def convert_args() -> dict:
