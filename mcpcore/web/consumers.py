@@ -40,8 +40,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
             # resync (or its polling fallback) catches up.
             log.exception("live push failed for %s", event.get("type"))
             return
-        if html:
+        if not html:
+            return
+        try:
             await self.send(text_data=html)
+        except Exception as exc:
+            # The page went away while its push was rendered: its disconnect, on its way,
+            # ends this consumer. (Daphne raises autobahn's Disconnected; ASGI leaves the
+            # exception to the server.)
+            log.debug("live push to a closed socket dropped: %s", exc)
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
         """The browser only listens; anything it sends is ignored."""

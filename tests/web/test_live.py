@@ -86,6 +86,30 @@ async def test_it_delivers_a_push_over_the_live_socket(agenvoy_home):
     await comm.disconnect()
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_it_drops_a_push_to_a_page_that_went_away_while_it_was_rendered(agenvoy_home):
+    # Daphne raises on a send to a socket the browser closed before its disconnect reached the
+    # consumer (a new page while a push was rendered): a cold CI run logged that traceback.
+    from asgiref.sync import sync_to_async
+    from autobahn.exception import Disconnected
+
+    from mcpcore.web.consumers import LiveConsumer
+
+    op = await sync_to_async(User.objects.create_user)("ws-gone")
+    consumer = LiveConsumer()
+    consumer.scope = _scope(op, "pending")
+    sent: list[dict] = []
+
+    async def closed(message: dict) -> None:
+        sent.append(message)
+        raise Disconnected("Attempt to send on a closed protocol")
+
+    consumer.base_send = closed
+    await consumer.pending_changed({"type": "pending.changed", "call_id": "x"})
+    assert sent and 'id="pending-list"' in sent[0]["text"]
+
+
 def test_it_signs_the_pending_list_by_what_it_shows(signed_in, every):
     def sig():
         html = signed_in.get("/pending/", headers={"HX-Request": "true"}).content.decode()
