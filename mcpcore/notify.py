@@ -21,6 +21,7 @@ import logging
 import secrets
 import time
 import uuid
+from collections.abc import Iterable
 from email.header import Header
 from urllib.parse import urlsplit, urlunsplit
 
@@ -314,19 +315,24 @@ def enqueue_questions(limit: int = 200) -> int:
             body = payload(
                 QUESTION, now, event_data(questions.to_pending(question), question.server_name, url)
             )
-            Delivery.objects.bulk_create(
-                Delivery(
-                    target=t,
-                    call_id=question.call_id,
-                    event_type=QUESTION,
-                    message_id=new_message_id(),
-                    body=body,
-                    created_at=now,
-                    next_attempt_at=now,
-                )
-                for t in targets
-            )
+            _deliver(question.call_id, now, ((t, QUESTION, body) for t in targets))
     return claimed
+
+
+def _deliver(call_id, now: datetime.datetime, events: Iterable[tuple[NotificationTarget, str, str]]) -> None:
+    """One delivery, due at once, per (target, event type, body) of `events`."""
+    Delivery.objects.bulk_create(
+        Delivery(
+            target=target,
+            call_id=call_id,
+            event_type=kind,
+            message_id=new_message_id(),
+            body=body,
+            created_at=now,
+            next_attempt_at=now,
+        )
+        for target, kind, body in events
+    )
 
 
 def enqueue(limit: int = 200) -> int:
@@ -354,21 +360,17 @@ def _enqueue_calls(limit: int) -> int:
             if ToolCall.objects.filter(id=call.id, notified=call.notified).update(notified=told) != 1:
                 continue  # another process told it
             claimed += 1
-            Delivery.objects.bulk_create(
-                Delivery(
-                    target=t,
-                    call_id=call.id,
-                    event_type=kind,
-                    message_id=new_message_id(),
-                    body=body,
-                    created_at=now,
-                    next_attempt_at=now,
-                )
-                for t in targets
-                for kind, body in _events_for(call, base, now, t)
-                # ntfy is for people: it hears of confirmations that wait, not of their end
-                # (nor of one that already ended).
-                if t.kind == TargetKind.WEBHOOK or (kind == PENDING and call.status == CallStatus.PENDING)
+            _deliver(
+                call.id,
+                now,
+                (
+                    (t, kind, body)
+                    for t in targets
+                    for kind, body in _events_for(call, base, now, t)
+                    # ntfy is for people: it hears of confirmations that wait, not of their end
+                    # (nor of one that already ended).
+                    if t.kind == TargetKind.WEBHOOK or (kind == PENDING and call.status == CallStatus.PENDING)
+                ),
             )
     return claimed
 
