@@ -2,7 +2,7 @@
 (migrations aside) has a layer and a tier in it; it imports only its own layer's tiers at or
 below its own, and the layers below it that it may import; the three doors (web/, api/,
 mcpserver/) never import each other; no import cycle runs between modules; mcpcore/'s top
-level holds at most 26 modules, all below the doors but the process wiring. tests/ may import
+level holds at most 28 modules, all below the doors but the process wiring. tests/ may import
 anything that exists; bench/ only what a user of the product could (below).
 
 Imports are read with `ast`, all of them (inside functions and `TYPE_CHECKING` blocks too): an
