@@ -255,18 +255,7 @@ def queue_needs_authorization(server: str) -> int:
     now = timezone.now()
     data = {"server": server, "url": oauth.server_page(server)}
     body = payload(NEEDS_AUTHORIZATION, now, data)
-    rows = Delivery.objects.bulk_create(
-        Delivery(
-            target=t,
-            event_type=NEEDS_AUTHORIZATION,
-            message_id=new_message_id(),
-            body=body,
-            created_at=now,
-            next_attempt_at=now,
-        )
-        for t in NotificationTarget.objects.all()
-    )
-    return len(rows)
+    return _deliver(None, now, ((t, NEEDS_AUTHORIZATION, body) for t in NotificationTarget.objects.all()))
 
 
 # --- events -> deliveries (one process claims each) -------------------------------------------
@@ -319,9 +308,10 @@ def enqueue_questions(limit: int = 200) -> int:
     return claimed
 
 
-def _deliver(call_id, now: datetime.datetime, events: Iterable[tuple[NotificationTarget, str, str]]) -> None:
-    """One delivery, due at once, per (target, event type, body) of `events`."""
-    Delivery.objects.bulk_create(
+def _deliver(call_id, now: datetime.datetime, events: Iterable[tuple[NotificationTarget, str, str]]) -> int:
+    """One delivery, due at once, per (target, event type, body) of `events` (of the call
+    `call_id`, None for a server's event); returns how many."""
+    rows = Delivery.objects.bulk_create(
         Delivery(
             target=target,
             call_id=call_id,
@@ -333,6 +323,7 @@ def _deliver(call_id, now: datetime.datetime, events: Iterable[tuple[Notificatio
         )
         for target, kind, body in events
     )
+    return len(rows)
 
 
 def enqueue(limit: int = 200) -> int:
