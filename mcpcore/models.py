@@ -253,8 +253,9 @@ class Prompt(models.Model):
     registered_name = models.CharField(max_length=700, unique=True)
     title = models.CharField(max_length=512, blank=True, default="")
     description = models.TextField(blank=True, default="")
-    # [{"name", "description"?, "required"?, "title"?}] as the server gave them.
-    arguments = models.JSONField(default=list, blank=True)
+    # [{"name", "description"?, "required"?, "title"?}] as the server gave them; None when it
+    # gave no `arguments` key, which is not the same on the wire as `[]` (SPEC 20.2).
+    arguments = models.JSONField(null=True, blank=True, default=list)
     meta = models.JSONField(default=dict, blank=True)
     position = models.PositiveIntegerField(default=0)
 
