@@ -1184,6 +1184,7 @@ def one_tap(request: HttpRequest, token: str) -> HttpResponse:
 
 @csrf_exempt
 def well_known_not_found(request: HttpRequest) -> JsonResponse:
-    """OAuth and OpenID discovery documents: the console has none (its MCP endpoints take API
-    tokens), and clients that probe (with any method) need JSON, not the sign-in page."""
+    """Anything under `/.well-known/` the console does not serve (OpenID discovery, the OAuth
+    metadata of an unknown server or view, anything else): clients that probe (with any
+    method) need JSON, not the sign-in page or Django's HTML 404."""
     return JsonResponse({"error": "not found"}, status=404)
