@@ -163,17 +163,25 @@ SECRETS_REENTER = "secret values must be entered again when the server's command
 
 
 class SecretsMustBeReentered(ValueError):
-    """A posted mask for a server whose command or url changed (SPEC 12.3)."""
+    """A posted mask for a server whose command, args or url changed (SPEC 12.3)."""
 
 
-def _where(config: dict | None) -> tuple[str, str]:
+def _where(config: dict | None) -> tuple[str, list, str]:
+    """Where a server's secrets go: its command with its args (`node good.js` and
+    `node evil.js` are two programs), and its url."""
     config = config or {}
-    return str(config.get("command") or "").strip(), str(config.get("url") or "").strip()
+    args = config.get("args") or []
+    return (
+        str(config.get("command") or "").strip(),
+        [str(a) for a in args] if isinstance(args, list) else [str(args)],
+        str(config.get("url") or "").strip(),
+    )
 
 
 def unmask_config(new: dict, old: dict | None) -> dict:
     """Posting the mask back keeps the stored secret value, but only while the server's
-    `command` and `url` stay as stored: else a stored token could be sent to a new place."""
+    `command`, `args` and `url` stay as stored: else a stored token could be sent to a new
+    place (or read by a new script)."""
     oauth = new.get("oauth")
     posts_mask = any(
         v == SECRET_MASK
