@@ -856,11 +856,13 @@ class RuleLine(models.Model):
 
 class NotificationTarget(models.Model):
     """Where the console tells people about confirmations: a Standard Webhooks endpoint, signed
-    with `secret` (`whsec_<base64>`, shown once when made), or an ntfy topic URL."""
+    with `secret` (`whsec_<base64>`, shown once when made), or an ntfy topic URL, whose
+    `secret` is its optional access token (sent as `Authorization: Bearer`, never shown)."""
 
     kind = models.CharField(max_length=10, choices=TargetKind.choices)
     url = models.URLField(max_length=2000)
-    # Kept in clear: signing needs it. Never shown again after the page that made it.
+    # Kept in clear: signing (or the ntfy header) needs it. Never shown again after the page
+    # that made it.
     secret = models.CharField(max_length=200, blank=True, default="")
     created_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
