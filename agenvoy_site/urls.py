@@ -5,9 +5,10 @@ from mcpcore.api.ops import metrics_view
 from mcpcore.web import views
 
 urlpatterns = [
-    # What MCP clients probe for OAuth (SPEC 17.4): JSON 404s, never the sign-in page.
+    # What MCP clients probe (SPEC 17.4): JSON 404s, never an HTML page. The OAuth metadata the
+    # console does serve (21.1) is answered by the authorization server before Django.
     re_path(
-        r"^\.well-known/(?:oauth-protected-resource|oauth-authorization-server|openid-configuration)(?:/.*)?$",
+        r"^\.well-known/",
         views.well_known_not_found,
         name="well-known-not-found",
     ),

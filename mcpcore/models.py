@@ -163,17 +163,25 @@ SECRETS_REENTER = "secret values must be entered again when the server's command
 
 
 class SecretsMustBeReentered(ValueError):
-    """A posted mask for a server whose command or url changed (SPEC 12.3)."""
+    """A posted mask for a server whose command, args or url changed (SPEC 12.3)."""
 
 
-def _where(config: dict | None) -> tuple[str, str]:
+def _where(config: dict | None) -> tuple[str, list, str]:
+    """Where a server's secrets go: its command with its args (`node good.js` and
+    `node evil.js` are two programs), and its url."""
     config = config or {}
-    return str(config.get("command") or "").strip(), str(config.get("url") or "").strip()
+    args = config.get("args") or []
+    return (
+        str(config.get("command") or "").strip(),
+        [str(a) for a in args] if isinstance(args, list) else [str(args)],
+        str(config.get("url") or "").strip(),
+    )
 
 
 def unmask_config(new: dict, old: dict | None) -> dict:
     """Posting the mask back keeps the stored secret value, but only while the server's
-    `command` and `url` stay as stored: else a stored token could be sent to a new place."""
+    `command`, `args` and `url` stay as stored: else a stored token could be sent to a new
+    place (or read by a new script)."""
     oauth = new.get("oauth")
     posts_mask = any(
         v == SECRET_MASK
@@ -253,8 +261,9 @@ class Prompt(models.Model):
     registered_name = models.CharField(max_length=700, unique=True)
     title = models.CharField(max_length=512, blank=True, default="")
     description = models.TextField(blank=True, default="")
-    # [{"name", "description"?, "required"?, "title"?}] as the server gave them.
-    arguments = models.JSONField(default=list, blank=True)
+    # [{"name", "description"?, "required"?, "title"?}] as the server gave them; None when it
+    # gave no `arguments` key, which is not the same on the wire as `[]` (SPEC 20.2).
+    arguments = models.JSONField(null=True, blank=True, default=list)
     meta = models.JSONField(default=dict, blank=True)
     position = models.PositiveIntegerField(default=0)
 
@@ -847,11 +856,13 @@ class RuleLine(models.Model):
 
 class NotificationTarget(models.Model):
     """Where the console tells people about confirmations: a Standard Webhooks endpoint, signed
-    with `secret` (`whsec_<base64>`, shown once when made), or an ntfy topic URL."""
+    with `secret` (`whsec_<base64>`, shown once when made), or an ntfy topic URL, whose
+    `secret` is its optional access token (sent as `Authorization: Bearer`, never shown)."""
 
     kind = models.CharField(max_length=10, choices=TargetKind.choices)
     url = models.URLField(max_length=2000)
-    # Kept in clear: signing needs it. Never shown again after the page that made it.
+    # Kept in clear: signing (or the ntfy header) needs it. Never shown again after the page
+    # that made it.
     secret = models.CharField(max_length=200, blank=True, default="")
     created_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)

@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from . import audit, db, metrics, oauth, onetap, questions
 from .choices import AuditAction, CallKind, CallStatus, DeliveryStatus, QuestionStatus, TargetKind
-from .models import Delivery, NotificationTarget, Question, ToolCall, iso
+from .models import SECRET_MASK, Delivery, NotificationTarget, Question, ToolCall, iso
 
 log = logging.getLogger("mcpcore.notify")
 
@@ -195,11 +195,12 @@ def retry_delay(attempts: int, scale: float = 1.0) -> float | None:
 
 
 def add_target(
-    kind: str, url: str, created_by: str = "", by: audit.Actor | None = None
+    kind: str, url: str, created_by: str = "", by: audit.Actor | None = None, token: str = ""
 ) -> tuple[NotificationTarget, str]:
     """A new target; returns it and its secret (webhooks), which is shown once (never in
-    the audit row)."""
-    secret = new_secret() if kind == TargetKind.WEBHOOK else ""
+    the audit row). An ntfy topic's access `token` is kept where a webhook's secret is, and
+    is never shown again: the person typed it."""
+    secret = new_secret() if kind == TargetKind.WEBHOOK else token
     with transaction.atomic():
         target = NotificationTarget.objects.create(kind=kind, url=url, secret=secret, created_by=created_by)
         audit.record(
@@ -208,7 +209,7 @@ def add_target(
             actor=by or audit.Actor(created_by),
             after=target_state(target),
         )
-    return target, secret
+    return target, secret if kind == TargetKind.WEBHOOK else ""
 
 
 def remove_target(target: NotificationTarget, by: audit.Actor) -> None:
@@ -228,7 +229,9 @@ def target_state(target: NotificationTarget) -> dict:
     if parts.port:
         host = f"{host}:{parts.port}"
     url = urlunsplit((parts.scheme, host, parts.path, "", ""))
-    return {"kind": target.kind, "url": url, "signed": bool(target.secret)}
+    if target.kind == TargetKind.WEBHOOK:
+        return {"kind": target.kind, "url": url, "signed": bool(target.secret)}
+    return {"kind": target.kind, "url": url, "access_token": SECRET_MASK if target.secret else ""}
 
 
 def queue_test(target: NotificationTarget) -> Delivery:
@@ -424,6 +427,8 @@ async def attempt(http: httpx2.AsyncClient, delivery: Delivery) -> tuple[int | N
         content = delivery.body.encode()
     else:
         text, headers = ntfy_request(json.loads(delivery.body))
+        if target.secret:  # a topic that only its token's holders may read (SPEC 15)
+            headers["Authorization"] = f"Bearer {target.secret}"
         content = text.encode()
     try:
         async with asyncio.timeout(ATTEMPT_TIMEOUT):

@@ -217,6 +217,15 @@ def of_call(call_id) -> list[Question]:
     return list(Question.objects.filter(call_id=call_id).order_by("created_at"))
 
 
+def of_calls(call_ids: list) -> dict:
+    """The questions of many calls in one query (an export's page of calls): call id → their
+    `to_dict()`s in the order they were asked; calls without questions are absent."""
+    out: dict = {}
+    for question in Question.objects.filter(call_id__in=call_ids).order_by("created_at"):
+        out.setdefault(question.call_id, []).append(to_dict(question))
+    return out
+
+
 def to_pending(question: Question) -> dict:
     """The `GET /v1/pending` item of a question in the inbox."""
     call = question.call

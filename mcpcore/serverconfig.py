@@ -25,8 +25,8 @@ def clean_config(config: dict) -> dict:
 
 
 def save(name: str, config: dict, creating: bool | None = None, by: audit.Actor = audit.BY_SYSTEM) -> None:
-    """Write one server: posted `********` values keep the stored secret (while its command and
-    url stay the same: ServerConfigError otherwise), keys written by others on that server
+    """Write one server: posted `********` values keep the stored secret (while its command,
+    args and url stay the same: ServerConfigError otherwise), keys written by others on that server
     survive. `creating` True/False insists the server is new/exists. Audited as `by`'s."""
 
     def mutate(servers: dict) -> None:

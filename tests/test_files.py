@@ -196,9 +196,9 @@ def test_it_preserves_unknown_keys_through_post_mcp(api, agenvoy_home):
     }
     (agenvoy_home / "mcp.json").write_text(json.dumps(original))
     r = api.post(
-        # Same command: the mask keeps the stored secret (SPEC 12.3).
+        # Same command and args: the mask keeps the stored secret (SPEC 12.3).
         "/v1/mcp",
-        {"name": "gh", "server": {"command": "npx", "args": ["b"], "env": {"T": "********"}}},
+        {"name": "gh", "server": {"command": "npx", "args": ["a"], "env": {"T": "********"}}},
     )
     assert r.status_code == 200, r.content
     r = api.post("/v1/mcp", {"name": "new", "server": {"command": "echo"}})
@@ -209,7 +209,7 @@ def test_it_preserves_unknown_keys_through_post_mcp(api, agenvoy_home):
     assert data["inputs"] == [{"id": "gh", "type": "promptString"}]
     assert data["servers"]["gh"] == {
         "command": "npx",
-        "args": ["b"],
+        "args": ["a"],
         "env": {"T": "secret"},
         "x-note": "written by the CLI",
         "envFile": "/x/.env",

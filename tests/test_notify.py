@@ -264,6 +264,23 @@ async def test_it_pushes_to_ntfy_with_title_click_and_tags(receiver, notifier, s
     assert await sync_to_async(Delivery.objects.filter(target=target).count)() == 1
 
 
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_sends_an_ntfy_topics_access_token_as_a_bearer_header(notifier):
+    with Receiver() as guarded, Receiver() as open_topic:
+        target, shown = await sync_to_async(notify.add_target)("ntfy", guarded.url, token="tk_7f3a9c")
+        assert shown == ""  # the person typed it: nothing to show once
+        await sync_to_async(notify.add_target)("ntfy", open_topic.url)
+        await sync_to_async(pending_call)(tool="get-sum")
+        await await_until(lambda: guarded.requests and open_topic.requests, 15, what="both ntfy pushes")
+        assert guarded.requests[0]["headers"]["authorization"] == "Bearer tk_7f3a9c"
+        assert "authorization" not in open_topic.requests[0]["headers"]
+        # "Send a test" goes the same way.
+        await sync_to_async(notify.queue_test)(target)
+        await await_until(lambda: len(guarded.requests) == 2, 15, what="the test push")
+        assert guarded.requests[1]["headers"]["authorization"] == "Bearer tk_7f3a9c"
+
+
 @pytest.mark.django_db
 def test_it_tells_each_event_once_and_both_for_a_call_that_ended_between_looks():
     hook, _ = notify.add_target("webhook", "http://127.0.0.1:9/a")

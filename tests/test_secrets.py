@@ -42,12 +42,15 @@ def _seed(api, home):
     "name, server",
     [
         ("gh", {"command": "sh", "args": ["-c", "env"], "env": {"TOKEN": MASK}}),
+        # The same command running another script (issue 41): `args` count as the command.
+        ("gh", {"command": "npx", "args": ["-y", "evil"], "env": {"TOKEN": MASK}}),
+        ("gh", {"command": "npx", "env": {"TOKEN": MASK}}),
         ("gh", {"url": "https://evil.example/mcp", "env": {"TOKEN": MASK}}),
         ("web", {"url": "https://evil.example/mcp", "headers": {"Authorization": MASK}}),
         ("web", {"command": "sh", "headers": {"Authorization": MASK}}),
     ],
 )
-def test_it_refuses_a_posted_mask_when_the_command_or_url_changes(api, agenvoy_home, name, server):
+def test_it_refuses_a_posted_mask_when_the_command_args_or_url_change(api, agenvoy_home, name, server):
     before = _seed(api, agenvoy_home)
     r = api.post("/v1/mcp", {"name": name, "server": server})
     assert r.status_code == 400 and r.json() == REENTER
@@ -55,14 +58,16 @@ def test_it_refuses_a_posted_mask_when_the_command_or_url_changes(api, agenvoy_h
 
 
 @pytest.mark.django_db
-def test_it_keeps_a_masked_secret_while_command_and_url_stay(api, agenvoy_home):
+def test_it_keeps_a_masked_secret_while_command_args_and_url_stay(api, agenvoy_home):
     _seed(api, agenvoy_home)
     r = api.post(
-        "/v1/mcp", {"name": "gh", "server": {"command": "npx", "args": ["other"], "env": {"TOKEN": MASK}}}
+        "/v1/mcp",
+        {"name": "gh", "server": {"command": "npx", "args": ["-y", "gh"], "env": {"TOKEN": MASK, "N": "2"}}},
     )
     assert r.status_code == 200
     assert json.loads((agenvoy_home / "mcp.json").read_text())["servers"]["gh"]["env"] == {
-        "TOKEN": "ghp_real"
+        "TOKEN": "ghp_real",
+        "N": "2",
     }
     # A new value with a new command is fine: nothing stored travels.
     r = api.post("/v1/mcp", {"name": "gh", "server": {"command": "uvx", "env": {"TOKEN": "new"}}})
@@ -70,17 +75,28 @@ def test_it_keeps_a_masked_secret_while_command_and_url_stay(api, agenvoy_home):
 
 
 @pytest.mark.django_db
-def test_it_refuses_the_same_on_the_edit_page(api, agenvoy_home, client, django_user_model):
+@pytest.mark.parametrize("command, args", [("sh", "-c\nenv"), ("npx", "-y\nevil")])
+def test_it_refuses_the_same_on_the_edit_page(api, agenvoy_home, client, django_user_model, command, args):
     before = _seed(api, agenvoy_home)
     client.force_login(django_user_model.objects.create_user("op", password="pw-123456789"))
     # An empty value on the edit page means "keep the stored one", i.e. the mask.
     r = client.post(
         "/servers/gh/edit/",
-        {"name": "gh", "transport": "stdio", "command": "sh", "args": "-c\nenv", "env": "TOKEN="},
+        {"name": "gh", "transport": "stdio", "command": command, "args": args, "env": "TOKEN="},
     )
     assert r.status_code == 400
     assert REENTER["error"].replace("'", "&#x27;") in r.content.decode()
     assert (agenvoy_home / "mcp.json").read_bytes() == before
+    # The same command and args keep the stored value.
+    r = client.post(
+        "/servers/gh/edit/",
+        {"name": "gh", "transport": "stdio", "command": "npx", "args": "-y\ngh", "env": "TOKEN=\nN=2"},
+    )
+    assert r.status_code in (200, 302), r.content.decode()[:500]
+    assert json.loads((agenvoy_home / "mcp.json").read_text())["servers"]["gh"]["env"] == {
+        "TOKEN": "ghp_real",
+        "N": "2",
+    }
 
 
 def test_it_never_expands_the_consoles_own_settings():

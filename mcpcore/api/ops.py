@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
-from .. import db, metrics
+from .. import db, metrics, questions
 from ..bearer import authenticate
 from ..choices import CALL_ENDED, CallKind, TokenRole, history_kind, stored_kind
 from ..models import AuditEntry, ToolCall, iso
@@ -94,7 +94,8 @@ def export_chunk(where: Q, after: tuple | None, fmt: str, results: bool, limit: 
     if fmt == "csv":
         text = _csv_text([csv_row(c, results) for c in chunk])
     else:
-        text = "".join(jsonl_line(c, results) for c in chunk)
+        asked = questions.of_calls([c.id for c in chunk])  # one query a chunk, not one a call
+        text = "".join(jsonl_line(c, results, asked.get(c.id, [])) for c in chunk)
     last = (chunk[-1].created_at, chunk[-1].id) if len(chunk) == limit else None
     return text.encode(), last
 
@@ -105,9 +106,9 @@ def _duration(c) -> float | None:
     return None
 
 
-def line_body(c, results: bool) -> dict:
-    """`ToolCall.to_dict()` of one row of `_COLUMNS` (tests hold the two equal), `result`
-    only when asked."""
+def line_body(c, results: bool, asked: list[dict]) -> dict:
+    """The body of `GET /v1/mcp/calls/<id>` (`ToolCall.to_dict()` and the call's questions,
+    `asked`) of one row of `_COLUMNS` (tests hold the two equal), `result` only when asked."""
     body = {"call_id": str(c.id), "session_id": c.session_id, "status": c.status}
     if c.status in _ENDED:
         if results:
@@ -141,11 +142,12 @@ def line_body(c, results: bool) -> dict:
         # As `ToolCall.uri`: the whole URI (tool_name holds it cut to 700 characters).
         uri = c.arguments.get("uri") if isinstance(c.arguments, dict) else None
         body["uri"] = uri if isinstance(uri, str) else c.tool_name
+    body["questions"] = asked
     return body
 
 
-def jsonl_line(c, results: bool) -> str:
-    return json.dumps(line_body(c, results), ensure_ascii=False, separators=(",", ":")) + "\n"
+def jsonl_line(c, results: bool, asked: list[dict]) -> str:
+    return json.dumps(line_body(c, results, asked), ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 def csv_row(c, results: bool) -> list:

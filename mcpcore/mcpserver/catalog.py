@@ -315,7 +315,7 @@ def build(endpoint: str, token: ApiToken | None) -> Offer:
         for key, value in (("title", prompt.title), ("description", prompt.description)):
             if value:
                 entry[key] = value
-        if prompt.arguments:
+        if prompt.arguments is not None:  # `[]` as given (SPEC 20.2)
             entry["arguments"] = prompt.arguments
         if prompt.meta:
             entry["_meta"] = prompt.meta

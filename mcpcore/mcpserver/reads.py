@@ -9,7 +9,7 @@ own result, or its own JSON-RPC error. A completion is asked of the server's hol
 """
 
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
 
 from .. import calls, control, db
 from ..choices import CallKind, CallStatus, Via
@@ -141,5 +141,7 @@ async def on_completion(ctx, params) -> dict:
     except control.Unanswered:
         return NO_COMPLETION
     except control.Refused as exc:
+        if exc.code == METHOD_NOT_FOUND:  # declared completions, has no handler: still none
+            return NO_COMPLETION
         raise MCPError(exc.code, exc.message) from None
     return {"resultType": "complete", **result}

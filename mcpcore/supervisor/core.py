@@ -241,6 +241,9 @@ class Supervisor:
         if client is None:
             reason = session.error if session and session.error else "not held by this worker"
             raise NotConnected(f"server {server_name} is not connected: {reason}")
+        if client.server_capabilities.completions is None:
+            # Not asked: a server built without completions answers -32601 (SPEC 20.2: none).
+            return {"completion": {"values": []}}
         reference = (
             types.PromptReference.model_validate(ref)
             if ref.get("type") == "ref/prompt"

@@ -171,13 +171,20 @@ def prompt_dicts(server: str, prompts: list) -> tuple[list[dict], list[str]]:
                 "registered_name": reg,
                 "title": wire.get("title") or "",
                 "description": wire.get("description") or "",
-                "arguments": [a for a in wire.get("arguments") or [] if isinstance(a, dict)],
+                "arguments": _arguments(wire.get("arguments")),
                 "meta": wire.get("_meta") or {},
             }
         )
     for w in warnings:
         log.warning("server %s: %s", server, w)
     return rows, warnings
+
+
+def _arguments(given) -> list[dict] | None:
+    """A prompt's arguments as its server gave them: no key stays no key, `[]` stays `[]`."""
+    if not isinstance(given, list):
+        return None
+    return [a for a in given if isinstance(a, dict)]
 
 
 def resource_dicts(resources: list, templates: list) -> tuple[list[dict], list[dict]]:

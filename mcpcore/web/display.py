@@ -20,7 +20,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from .. import allowlist, files, retention, serverconfig, toolviewstore
 from ..appauth import grants
-from ..choices import CallDecision, CallKind, CallStatus, QuestionStatus, stored_kind
+from ..choices import CallDecision, CallKind, CallStatus, QuestionStatus, TargetKind, stored_kind
 from ..models import (
     ApiToken,
     NotificationTarget,
@@ -640,6 +640,20 @@ DELIVERIES_SHOWN = 20  # per target on the Notifications page
 
 
 check_url = URLValidator(schemes=["http", "https"])
+
+
+def target_token_error(kind: str, token: str) -> str:
+    """What is wrong with a new target's access token (SPEC 15: ntfy only, sent as an HTTP
+    header, kept in a 200-character column), or ""."""
+    if not token:
+        return ""
+    if kind != TargetKind.NTFY:
+        return "Only ntfy targets take an access token."
+    if any(not ("!" <= ch <= "~") for ch in token):
+        return "An access token has no spaces and only ASCII letters, digits and punctuation."
+    if len(token) > 200:
+        return "That access token is too long (at most 200 characters)."
+    return ""
 
 
 def _targets() -> list[NotificationTarget]:

@@ -109,6 +109,7 @@ from .display import (
     rules_lines,
     server_resources,
     storage,
+    target_token_error,
     targets_context,
     token_rows,
     tool_card,
@@ -1023,7 +1024,8 @@ def notifications(request: HtmxRequest) -> HttpResponse:
         return _notifications_page(request, {"kind": TargetKind.WEBHOOK, "url": "", "error": ""}, None)
     kind = request.POST.get("kind", "")
     url = request.POST.get("url", "").strip()
-    form = {"kind": kind, "url": url, "error": ""}
+    token = request.POST.get("token", "").strip()
+    form = {"kind": kind, "url": url, "error": ""}  # the token is never sent back
     if kind not in TargetKind.values:
         form["error"] = "Choose a kind: webhook or ntfy."
     else:
@@ -1033,9 +1035,11 @@ def notifications(request: HtmxRequest) -> HttpResponse:
             form["error"] = "Enter an http:// or https:// URL."
         if len(url) > 2000:
             form["error"] = "That URL is too long (at most 2,000 characters)."
+        form["error"] = form["error"] or target_token_error(kind, token)
     if form["error"]:
         return _notifications_page(request, form, None, status=400)
-    target, secret = notify.add_target(kind, url, request.user.get_username(), audit.by(request))
+    who = request.user.get_username()
+    target, secret = notify.add_target(kind, url, who, audit.by(request), token=token)
     blank = {"kind": kind, "url": "", "error": ""}
     return _notifications_page(request, blank, {"target": target, "secret": secret})
 
@@ -1184,6 +1188,7 @@ def one_tap(request: HttpRequest, token: str) -> HttpResponse:
 
 @csrf_exempt
 def well_known_not_found(request: HttpRequest) -> JsonResponse:
-    """OAuth and OpenID discovery documents: the console has none (its MCP endpoints take API
-    tokens), and clients that probe (with any method) need JSON, not the sign-in page."""
+    """Anything under `/.well-known/` the console does not serve (OpenID discovery, the OAuth
+    metadata of an unknown server or view, anything else): clients that probe (with any
+    method) need JSON, not the sign-in page or Django's HTML 404."""
     return JsonResponse({"error": "not found"}, status=404)

@@ -140,17 +140,19 @@ def test_it_records_servers_added_edited_and_removed_through_v1(api, agenvoy_hom
     )
     api.post(
         "/v1/mcp",
-        {"name": "gh", "server": {"command": "gh-mcp", "env": {"GH_TOKEN": "********"}, "args": ["-v"]}},
+        # New args: the secret is entered again (SPEC 12.3), and masked in the audit too.
+        {"name": "gh", "server": {"command": "gh-mcp", "env": {"GH_TOKEN": "ghp_again"}, "args": ["-v"]}},
     )
     edit = recorded(AuditAction.SERVER_EDIT)
     assert (edit.before.get("args"), edit.after["args"], edit.after["env"]) == (
         None,
         ["-v"],
-        {"GH_TOKEN": "********"},
+        {"GH_TOKEN": "******** (changed)"},
     )
     api.post("/v1/mcp/remove", {"name": "gh"})
     assert recorded(AuditAction.SERVER_REMOVE).before["args"] == ["-v"]
     assert "ghp_clear" not in json.dumps(list(AuditEntry.objects.values()), default=str)
+    assert "ghp_again" not in json.dumps(list(AuditEntry.objects.values()), default=str)
 
 
 def test_it_records_the_allow_list_and_rules_through_v1(api, agenvoy_home):

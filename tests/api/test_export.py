@@ -16,7 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from mcpcore.choices import TokenRole
-from mcpcore.models import ApiToken, ToolCall
+from mcpcore.models import ApiToken, Question, ToolCall
 from tests.live import call_row, insert_call_rows
 
 T0 = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
@@ -69,6 +69,13 @@ def export(token: str, query: str = "") -> tuple[int, str, str]:
     return r.status_code, r["Content-Type"], body
 
 
+def detail(token: str, call: ToolCall) -> dict:
+    """The body of `GET /v1/mcp/calls/<id>`, which an export line is (SPEC 18.2)."""
+    r = Client().get(f"/v1/mcp/calls/{call.id}", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert r.status_code == 200, r.content
+    return r.json()
+
+
 def test_it_exports_every_call_oldest_first_as_json_lines_without_results(approver, history):
     status, kind, body = export(approver)
     assert status == 200 and kind.startswith("application/jsonl")
@@ -76,9 +83,34 @@ def test_it_exports_every_call_oldest_first_as_json_lines_without_results(approv
     assert [x["call_id"] for x in lines] == [str(c.id) for c in history]
     first = lines[0]
     assert "result" not in first
-    expected = history[0].to_dict()
+    expected = detail(approver, history[0])
     expected.pop("result")
-    assert first == json.loads(json.dumps(expected))
+    assert first == expected
+
+
+def test_it_exports_each_call_as_the_body_of_its_detail_with_its_questions(approver, history):
+    asked = history[2]
+    at = asked.created_at + datetime.timedelta(seconds=1)
+    Question.objects.create(
+        call=asked, server_name="alpha", message="Which colour?", status="answered",
+        schema={"type": "object", "properties": {"colour": {"type": "string"}}},
+        answer={"action": "accept", "content": {"colour": "red"}}, answered_by="ann",
+        created_at=at, answered_at=at + datetime.timedelta(seconds=5),
+    )  # fmt: skip
+    Question.objects.create(
+        call=asked, server_name="alpha", mode="url", url="https://example.com/sign-in", message="Sign in",
+        status="declined", answer={"action": "decline"}, created_at=at + datetime.timedelta(seconds=9),
+    )  # fmt: skip
+    for query in ("", "?results=1"):
+        _, _, body = export(approver, query)
+        lines = [json.loads(line) for line in body.splitlines()]
+        for line, call in zip(lines, history, strict=True):
+            want = detail(approver, call)
+            if not query:
+                want.pop("result")
+            assert line == want, query
+        assert [q["message"] for q in lines[2]["questions"]] == ["Which colour?", "Sign in"]
+        assert all(x["questions"] == [] for i, x in enumerate(lines) if i != 2)
 
 
 def test_it_includes_results_when_asked(approver, history):
@@ -199,7 +231,7 @@ def test_it_carries_and_filters_by_kind_in_json_lines(approver, kinds):
     assert [x["kind"] for x in lines] == ["tool"] * 6 + ["prompt", "resource", "permission_prompt"]
     by_id = {x["call_id"]: x for x in lines}
     for call in kinds.values():
-        expected = call.to_dict()
+        expected = detail(approver, call)
         expected.pop("result")
         assert by_id[str(call.id)] == expected
     assert by_id[str(kinds["resource"].id)]["uri"] == URI

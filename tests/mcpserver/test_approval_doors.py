@@ -51,6 +51,11 @@ async def answered(c, tool_name: str, make_call, body: dict):
         "/.well-known/oauth-authorization-server/mcp/echo",
         "/.well-known/openid-configuration",
         "/.well-known/openid-configuration/mcp",
+        # Anything else under /.well-known/ too (SPEC 17.4), not Django's HTML page.
+        "/.well-known/acc-nothing-here",
+        "/.well-known/",
+        "/.well-known/security.txt",
+        "/.well-known/webfinger/a/b",
     ],
 )
 def test_it_answers_oauth_discovery_probes_with_a_json_404(c, path):

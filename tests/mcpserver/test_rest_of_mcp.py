@@ -1,8 +1,9 @@
 """Prompts, resources, completions, subscriptions and apps on a live console's MCP endpoints
 (SPEC 20.2, 20.3, 20.5), with clients nobody here wrote: the SDK's `Client` in both protocol
 eras and the TypeScript SDK's client (tests/mcp_ts_client.mjs), against npm
-`@modelcontextprotocol/server-everything` and two instances of tests/servers/apps.py (`a` over
-stdio, `b` over streamable HTTP) that both list `test://shared`."""
+`@modelcontextprotocol/server-everything`, two instances of tests/servers/apps.py (`a` over
+stdio, `b` over streamable HTTP) that both list `test://shared`, and tests/servers/listings.py
+built without a completion handler (`plain`)."""
 
 import contextlib
 import os
@@ -88,14 +89,16 @@ def c(b_url, module_console):  # b set up first, so it stops after the console (
         "every": everything_stdio(),
         "a": our_server("apps.py", "--name", "a"),
         "b": {"type": "http", "url": b_url},
+        "plain": our_server("listings.py", env={"LISTINGS_NO_COMPLETIONS": "1"}),
     }
     env = {"AGENVOY_CALL_TIMEOUT": "10", "AGENVOY_CONFIRM_TIMEOUT": "15"}
     console = module_console(servers, env, allow=["mcp__every__*", "mcp__a__*", "mcp__b__*"])
-    console.wait_connected("every", "a", "b")
+    console.wait_connected("every", "a", "b", "plain")
     for view in VIEWS.values():
         assert console.post("/v1/views", view).status_code == 200
-    # Connected is not yet listed: wait for the prompts and resources of all three on /mcp.
-    wait_until(lambda: {"a__greet", "b__greet", "every__simple-prompt"} <= prompt_names(console, "/mcp"), 30)
+    # Connected is not yet listed: wait for the prompts and resources of all four on /mcp.
+    want = {"a__greet", "b__greet", "every__simple-prompt", "plain__greet"}
+    wait_until(lambda: want <= prompt_names(console, "/mcp"), 30)
     wait_until(lambda: {"test://a/kib", "test://b/kib"} <= uris(console, "/mcp"), 30)
     return console
 
@@ -249,7 +252,7 @@ def test_it_names_prompts_as_tools_are_and_keeps_what_the_server_gave(c, direct,
     everything = on(c, "/mcp", mode, listed)
     assert {"a__greet", "a__hello", "b__greet", "b__hello"} <= set(everything)
     assert {"every__simple-prompt", "every__args-prompt", "every__completable-prompt"} <= set(everything)
-    assert all(n.split("__")[0] in ("a", "b", "every") for n in everything), sorted(everything)
+    assert all(n.split("__")[0] in ("a", "b", "every", "plain") for n in everything), sorted(everything)
     own = on(c, "/mcp/a", mode, listed)
     assert set(own) == {"greet", "hello"}
     view = on(c, "/mcp/v/apps", mode, listed)
@@ -260,7 +263,9 @@ def test_it_names_prompts_as_tools_are_and_keeps_what_the_server_gave(c, direct,
             (got.title, got.description) == (want.title, want.description) == ("Greeting", "Greet someone.")
         )
         assert got.arguments == want.arguments
-    assert own["hello"].arguments == [] or own["hello"].arguments is None
+    # `hello` has none: the server sends `"arguments": []`, and so must every endpoint.
+    for got in (everything["a__hello"], own["hello"], view["a__hello"]):
+        assert got.arguments == direct["prompts"]["hello"].arguments == []
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -420,6 +425,22 @@ def test_it_routes_completions_and_answers_none_where_there_are_none(c, mode):
     assert on(c, "/mcp", mode, lambda cl: completes(cl, "a__")) == want
     # On a's own endpoint b's template is nobody's.
     assert on(c, "/mcp/a", mode, lambda cl: completes(cl, "")) == [want[0], empty, empty, empty, empty]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_it_answers_no_completions_for_a_server_built_without_a_completion_handler(c, mode):
+    async def completes(client, prefix):
+        prompt = await client.complete(PromptReference(name=f"{prefix}greet"), {"name": "name", "value": "a"})
+        template = await client.complete(
+            ResourceTemplateReference(uri="listings://item/{item}"), {"name": "item", "value": ""}
+        )
+        return [
+            r.completion.model_dump(mode="json", by_alias=True, exclude_none=True) for r in (prompt, template)
+        ]
+
+    none = [{"values": []}, {"values": []}]
+    assert on(c, "/mcp", mode, lambda cl: completes(cl, "plain__")) == none
+    assert on(c, "/mcp/plain", mode, lambda cl: completes(cl, "")) == none
 
 
 # --- SPEC 20.2: subscriptions and list changes ---------------------------------------------------------

@@ -4,6 +4,7 @@ polling and failed-listing cases, in process (`tests/supervisor/test_listings.py
 
     python tests/servers/listings.py          (stdio)
     LISTINGS_LEGACY=1 ...                       speaks only the 2025-11-25 protocol
+    LISTINGS_NO_COMPLETIONS=1 ...               built without a completion handler (-32601)
 
 What a test can do to a server made by `make()` (`Listings`):
 - `add_prompt(name)` / `add_resource(uri)`: a new prompt or resource, announced or not;
@@ -36,7 +37,7 @@ from mcp_types import Completion, PromptReference
 class Listings:
     """One listings server and the knobs a test turns."""
 
-    def __init__(self) -> None:
+    def __init__(self, completions: bool = True) -> None:
         self.bus = InMemorySubscriptionBus()
         self.failing: dict[str, str] = {}
         self.missing: set[str] = set()
@@ -80,12 +81,14 @@ class Listings:
         def item(item: str) -> str:
             return f"item {item}"
 
-        @mcp.completion()
-        async def complete(ref, argument, context):
-            if isinstance(ref, PromptReference) and argument.name == "name":
-                names = ["alice", "albert", "bob"]
-                return Completion(values=[n for n in names if n.startswith(argument.value)])
-            return None
+        if completions:
+
+            @mcp.completion()
+            async def complete(ref, argument, context):
+                if isinstance(ref, PromptReference) and argument.name == "name":
+                    names = ["alice", "albert", "bob"]
+                    return Completion(values=[n for n in names if n.startswith(argument.value)])
+                return None
 
     async def _middleware(self, ctx, call_next):
         if ctx.method in self.failing:
@@ -132,12 +135,12 @@ class Listings:
         await self.bus.publish(ResourceUpdated(uri=uri))
 
 
-def make() -> Listings:
-    return Listings()
+def make(completions: bool = True) -> Listings:
+    return Listings(completions)
 
 
 async def main() -> None:
-    server = make()
+    server = make(completions=not os.environ.get("LISTINGS_NO_COMPLETIONS"))
     low = server.mcp._lowlevel_server
     # listChanged advertised in the 2025 handshake, as servers that send it do.
     options = low.create_initialization_options(

@@ -1,6 +1,7 @@
 """SPEC 15 / issue 14 with the Django test client: a confirmation's own page, the Notifications
 page, the feed behind browser notifications, htmx history restore and `Vary: HX-Request`."""
 
+import json
 import os
 import re
 import subprocess
@@ -9,7 +10,7 @@ import sys
 import pytest
 from django.contrib.auth.models import User
 
-from mcpcore.models import Delivery, NotificationTarget, ToolCall
+from mcpcore.models import AuditEntry, Delivery, NotificationTarget, ToolCall
 from tests.live import ROOT
 from tests.rows import add_tools, make_call, write_servers
 
@@ -164,9 +165,50 @@ def test_it_adds_an_ntfy_topic_without_a_secret(signed_in):
     assert "whsec_" not in r.content.decode()
 
 
+WARNING = "Anyone who can read this topic can approve from it."
+
+
+def test_it_warns_that_anyone_who_reads_an_ntfy_topic_without_a_token_can_approve(signed_in):
+    signed_in.post("/notifications/", {"kind": "ntfy", "url": "https://ntfy.sh/agenvoy-open"})
+    signed_in.post("/notifications/", {"kind": "webhook", "url": "https://hooks.example/a"})
+    open_topic, hook = NotificationTarget.objects.order_by("pk")
+    html = signed_in.get("/notifications/").content.decode()
+    assert WARNING in card(html, open_topic) and WARNING not in card(html, hook)
+
+
+def test_it_keeps_an_ntfy_access_token_and_never_shows_it_again(signed_in):
+    token = "tk_AgvSecret0123456789"
+    r = signed_in.post("/notifications/", {"kind": "ntfy", "url": "https://ntfy.example/ops", "token": token})
+    assert r.status_code == 200 and token not in r.content.decode()
+    target = NotificationTarget.objects.get()
+    assert (target.kind, target.secret) == ("ntfy", token)
+    html = signed_in.get("/notifications/").content.decode()
+    assert token not in html and WARNING not in card(html, target) and "********" in card(html, target)
+    added = AuditEntry.objects.get(action="notify.add")
+    assert added.after == {"kind": "ntfy", "url": "https://ntfy.example/ops", "access_token": "********"}
+    signed_in.post(f"/notifications/{target.pk}/remove/")
+    removed = AuditEntry.objects.get(action="notify.remove")
+    assert removed.before["access_token"] == "********"
+    assert token not in json.dumps(list(AuditEntry.objects.values()), default=str)
+    assert token not in signed_in.get("/audit/").content.decode()
+
+
+def card(html: str, target: NotificationTarget) -> str:
+    """One target's card on the Notifications page."""
+    start = html.index(f'id="target-{target.pk}"')
+    end = html.find("</section>", start)
+    return html[start:end]
+
+
 @pytest.mark.parametrize(
     "data,error",
     [
+        (
+            {"kind": "webhook", "url": "https://x.example/", "token": "tk_1"},
+            "Only ntfy targets take an access token.",
+        ),
+        ({"kind": "ntfy", "url": "https://x.example/", "token": "tk 1"}, "An access token has no spaces"),
+        ({"kind": "ntfy", "url": "https://x.example/", "token": "t" * 201}, "That access token is too long"),
         ({"kind": "email", "url": "https://x.example/"}, "Choose a kind"),
         ({"kind": "webhook", "url": "ftp://x.example/"}, "Enter an http:// or https:// URL."),
         ({"kind": "webhook", "url": ""}, "Enter an http:// or https:// URL."),
