@@ -227,7 +227,10 @@ class ConsoleProvider:
         self, client: OAuthClientInformationFull, refresh_token: str
     ) -> RefreshToken | None:
         if _revoking.get():
-            return None  # POST /revoke: revoke_token finds it (a used one must not end the grant here)
+            # POST /revoke: handed on as it came, so that the SDK's handler calls revoke_token,
+            # which finds it among this client's own (reading it here as a token request does
+            # would end the grant of a used one as a reuse).
+            return RefreshToken(token=refresh_token, client_id=client.client_id or "", scopes=[SCOPE])
         row, grace, reused = await db.write(grants.refresh_row, client.client_id or "", refresh_token)
         if reused is not None:
             await _revoke_reused(reused)

@@ -384,6 +384,22 @@ def test_it_revokes_a_token_on_post_revoke_and_answers_200_always(c, web):
     assert mcp_status(c, tokens["access_token"]) == 401
 
 
+def test_it_ends_every_token_of_the_grant_when_its_refresh_token_is_revoked(c, web):
+    verifier, challenge = pkce()
+    client_id = register(c, client_name="Refresh revoker").json()["client_id"]
+    code = allowed_code(c, web, client_id, challenge)["code"]
+    tokens = exchange(c, client_id, code, verifier).json()
+    other = register(c, client_name="Someone else").json()["client_id"]
+    r = httpx2.post(c.url + "/revoke", data={"token": tokens["refresh_token"], "client_id": other})
+    assert r.status_code == 200
+    assert mcp_status(c, tokens["access_token"]) == 200  # not another client's to revoke
+    r = httpx2.post(c.url + "/revoke", data={"token": tokens["refresh_token"], "client_id": client_id})
+    assert r.status_code == 200
+    r = refresh(c, client_id, tokens["refresh_token"])
+    assert r.status_code == 400 and r.json()["error"] == "invalid_grant"
+    assert mcp_status(c, tokens["access_token"]) == 401
+
+
 def test_it_replaces_the_earlier_grant_when_the_same_person_allows_again(c, web):
     verifier, challenge = pkce()
     client_id = register(c, client_name="Again").json()["client_id"]
