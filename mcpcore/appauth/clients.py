@@ -5,9 +5,11 @@ on the socket's own connection so a name can't resolve one way when checked and 
 used).
 
 Sync: the database functions run in a database job (`mcpcore.db`); `fetch_document` does
-network I/O and runs in a thread of its own (never in a database job)."""
+network I/O and runs on the fetches' own threads (`start_fetch`, never in a database job)."""
 
+import collections
 import datetime
+import functools
 import http.client
 import ipaddress
 import json
@@ -16,6 +18,7 @@ import socket
 import ssl
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import urljoin, urlsplit
 
 from django.conf import settings
@@ -33,6 +36,9 @@ DOCUMENT_SECONDS = 5.0
 DOCUMENT_MOST = 16 * 1024
 DOCUMENT_KEEP = datetime.timedelta(minutes=5)
 FAILURE_KEEP = 60.0
+DOCUMENTS_MOST = 1000  # unallowed documents kept (fetched within 24 hours), the oldest dropped first
+FETCH_THREADS = 8  # the fetches' own threads, and the most in flight at once
+FETCHES_PER_ADDRESS = 2  # in flight for the requests of one client address
 LOOPBACK_HOSTS = ("127.0.0.1", "[::1]", "localhost")
 AUTH_METHODS = ("none", "client_secret_post", "client_secret_basic")
 
@@ -44,6 +50,11 @@ class ClientError(Exception):
         super().__init__(description)
         self.error = error
         self.description = description
+
+
+class Busy(ClientError):
+    """No fetch started: too many in flight. Says nothing about the document (not kept as its
+    failure)."""
 
 
 # --- redirect URIs -------------------------------------------------------------------------------
@@ -197,7 +208,19 @@ def known(client_id: str) -> tuple[AppClient | None, bool]:
 
 
 def keep_document(client_id: str, document: dict) -> AppClient:
-    """Store (or refresh) the client a fetched, checked document describes."""
+    """Store (or refresh) the client a fetched, checked document describes. Drops the documents
+    nobody allowed that were not used (fetched) within 24 hours, and keeps at most 1000 of
+    them: anyone can make the console fetch one."""
+    now = timezone.now()
+    unallowed = AppClient.objects.filter(document=True, allowed_at__isnull=True)
+    unallowed.filter(fetched_at__lt=now - UNALLOWED_KEEP).delete()
+    stale = list(
+        unallowed.exclude(client_id=client_id)
+        .order_by("-fetched_at")
+        .values_list("pk", flat=True)[DOCUMENTS_MOST - 1 :]
+    )
+    if stale:
+        AppClient.objects.filter(pk__in=stale).delete()
     row, _ = AppClient.objects.update_or_create(
         client_id=client_id,
         defaults={
@@ -206,7 +229,7 @@ def keep_document(client_id: str, document: dict) -> AppClient:
             "auth_method": "none",
             "secret": "",
             "document": True,
-            "fetched_at": timezone.now(),
+            "fetched_at": now,
         },
     )
     return row
@@ -231,6 +254,45 @@ def note_failure(client_id: str, why: str) -> None:
         if len(_failures) > 10_000:
             _failures.clear()
         _failures[client_id] = (time.monotonic() + FAILURE_KEEP, why)
+
+
+# Fetches run on threads of their own, never the event loop's default pool (which the loop's
+# name lookups share), and never queue: a request that would wait behind slow hosts is refused
+# at once. A client address may hold only a few of them, so one stranger's slow hosts cannot
+# take every thread; the same document asked for twice is fetched once.
+_pool: ThreadPoolExecutor | None = None
+_in_flight: dict[str, Future] = {}
+_by_address: collections.Counter[str] = collections.Counter()
+_fetch_lock = threading.Lock()
+
+
+def start_fetch(client_id: str, address: str) -> Future:
+    """`fetch_document(client_id)` on the fetches' own threads, for a request from `address`:
+    the fetch already in flight for it, else a new one; `Busy` when FETCH_THREADS are in flight
+    or FETCHES_PER_ADDRESS for `address`."""
+    global _pool
+    with _fetch_lock:
+        running = _in_flight.get(client_id)
+        if running is not None:
+            return running
+        if len(_in_flight) >= FETCH_THREADS or _by_address[address] >= FETCHES_PER_ADDRESS:
+            raise Busy("invalid_client", "too many client metadata documents are being fetched; try again")
+        if _pool is None:
+            _pool = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="agenvoy-cimd")
+        future = _pool.submit(fetch_document, client_id)
+        _in_flight[client_id] = future
+        _by_address[address] += 1
+    future.add_done_callback(functools.partial(_fetched, client_id, address))
+    return future
+
+
+def _fetched(client_id: str, address: str, future: Future) -> None:
+    with _fetch_lock:
+        if _in_flight.get(client_id) is future:
+            del _in_flight[client_id]
+        _by_address[address] -= 1
+        if _by_address[address] <= 0:
+            del _by_address[address]
 
 
 def check_document(client_id: str, document: object) -> dict:

@@ -59,7 +59,7 @@ BODY_MOST = 64 * 1024
 CORS = {"Access-Control-Allow-Origin": "*"}  # as the SDK's own routes answer (browser-based clients)
 
 # Set by the console's wrappers around the SDK's handlers, read by the provider they call.
-_address: contextvars.ContextVar[str] = contextvars.ContextVar("register_address", default="")
+_address: contextvars.ContextVar[str] = contextvars.ContextVar("client_address", default="")
 _resource: contextvars.ContextVar[str | None] = contextvars.ContextVar("token_resource", default=None)
 _revoking: contextvars.ContextVar[bool] = contextvars.ContextVar("revoking", default=False)
 
@@ -136,7 +136,11 @@ async def client_or_why(client_id: str) -> tuple[ConsoleClient | None, str]:
         if why is not None:
             return None, why
         try:
-            document = await asyncio.to_thread(clients.fetch_document, client_id)
+            fetch = clients.start_fetch(client_id, _address.get())
+            # Shielded: the fetch may be shared with other requests, which one leaving must not end.
+            document = await asyncio.shield(asyncio.wrap_future(fetch))
+        except clients.Busy as exc:
+            return None, exc.description
         except clients.ClientError as exc:
             clients.note_failure(client_id, exc.description)
             log.info("client metadata document %s refused: %s", client_id, exc.description)
@@ -355,6 +359,13 @@ class AuthServer:
         return out
 
     async def __call__(self, scope, receive, send) -> None:
+        reset = _address.set(audit.address_of(_as_request(scope)))
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            _address.reset(reset)
+
+    async def _serve(self, scope, receive, send) -> None:
         path = scope["path"]
         try:
             routes = self.routes()
@@ -434,15 +445,10 @@ class AuthServer:
             _resource.reset(reset)
 
     async def _register(self, route: Route, scope, receive, send) -> None:
-        address = audit.address_of(_as_request(scope))
-        if scope["method"] == "POST" and not await db.read(clients.registrations_left, address):
+        if scope["method"] == "POST" and not await db.read(clients.registrations_left, _address.get()):
             await JSONResponse({"error": "too_many_registrations"}, 429, headers=CORS)(scope, receive, send)
             return
-        reset = _address.set(address)
-        try:
-            await route.handle(scope, receive, send)
-        finally:
-            _address.reset(reset)
+        await route.handle(scope, receive, send)
 
     async def _revoke(self, route: Route, scope, receive, send) -> None:
         """RFC 7009 through the SDK's handler; the answer is 200 whatever it says (SPEC 21.4)."""
