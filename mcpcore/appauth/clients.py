@@ -24,6 +24,7 @@ from urllib.parse import urljoin, urlsplit
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from pydantic import AnyUrl
 
 from .. import oauth
 from ..models import AppClient
@@ -70,6 +71,10 @@ def redirect_problem(uri: str) -> str | None:
         return f"{uri!r} is not a URL"
     if "#" in uri:
         return f"{uri!r} has a fragment"
+    try:
+        AnyUrl(uri)  # what the SDK's handlers will parse it with
+    except ValueError:
+        return f"{uri!r} is not a URL"
     if parts.scheme == "https" and host:
         return None
     if parts.scheme == "http" and _loopback(parts.netloc):
@@ -297,7 +302,8 @@ def _fetched(client_id: str, address: str, future: Future) -> None:
 
 def check_document(client_id: str, document: object) -> dict:
     """A document's content checked (SPEC 21.2): a JSON object naming itself, listing redirect
-    URIs, public (auth method `none`), with no secret and no private key."""
+    URIs that a registration could list, public (auth method `none`), with no secret and no
+    private key."""
     if not isinstance(document, dict):
         raise ClientError("invalid_client", "the client metadata document is not a JSON object")
     if document.get("client_id") != client_id:
@@ -314,6 +320,10 @@ def check_document(client_id: str, document: object) -> dict:
     uris = document.get("redirect_uris")
     if not isinstance(uris, list) or not uris or not all(isinstance(u, str) for u in uris):
         raise ClientError("invalid_client", "the client metadata document lists no redirect_uris")
+    for uri in uris:  # the rules of a registration's (SPEC 21.2)
+        problem = redirect_problem(uri)
+        if problem:
+            raise ClientError("invalid_client", f"the client metadata document's redirect_uris: {problem}")
     return document
 
 

@@ -249,6 +249,10 @@ def test_it_follows_one_redirect_to_https(c, web, docs):
         ("private-key", "carries a private key"),
         ("not-json", "not JSON"),
         ("missing", "answered HTTP 404"),
+        ("http-redirect", "must be https, http on a loopback host"),
+        ("javascript-redirect", "must be https, http on a loopback host"),
+        ("malformed-redirect", "is not a URL"),
+        ("bad-port-redirect", "is not a URL"),
     ],
 )
 def test_it_refuses_a_bad_document_as_an_unknown_client(c, web, docs, case, why):
@@ -264,6 +268,15 @@ def test_it_refuses_a_bad_document_as_an_unknown_client(c, web, docs, case, why)
         docs.document(path, client_secret="hunter2")
     elif case == "private-key":
         docs.document(path, jwks={"keys": [{"kty": "EC", "crv": "P-256", "x": "a", "y": "b", "d": "c"}]})
+    elif case.endswith("-redirect"):
+        bad = {
+            "http-redirect": "http://app.example/callback",
+            "javascript-redirect": "javascript:alert(1)//",
+            "malformed-redirect": "https://[::1/callback",
+            "bad-port-redirect": "https://app.example:99999/callback",
+        }[case]
+        # The redirect URI asked for is a good one: a document listing a bad one is refused whole.
+        docs.document(path, redirect_uris=[LOOPBACK_REDIRECT, bad])
     elif case == "not-json":
         docs.routes[path] = (200, {}, b"<html>hello</html>")
     before = clients_count(c)
