@@ -88,7 +88,9 @@ def resource_metadata_url(path: str) -> str:
 
 class ConsoleClient(OAuthClientInformationFull):
     """A client of the console: loopback redirect URIs match with any port (RFC 8252 7.3), the
-    only scope is `mcp`."""
+    only scope is `mcp`. `allowed`: a person has allowed it (its row's `allowed_at`)."""
+
+    allowed: bool = False
 
     def validate_redirect_uri(self, redirect_uri: AnyUrl | None) -> AnyUrl:
         registered = [str(u) for u in self.redirect_uris or []]
@@ -124,6 +126,7 @@ def _client_info(row: AppClient) -> ConsoleClient:
         response_types=["code"],
         scope=SCOPE,
         client_name=row.name or None,
+        allowed=row.allowed_at is not None,
     )
 
 
@@ -325,7 +328,7 @@ class AuthServer:
                 self.provider,  # type: ignore[arg-type]
                 AnyHttpUrl(issuer()),
                 client_registration_options=ClientRegistrationOptions(
-                    enabled=True, valid_scopes=[SCOPE], default_scopes=[SCOPE]
+                    enabled=settings.AGENVOY_OAUTH_REGISTRATION, valid_scopes=[SCOPE], default_scopes=[SCOPE]
                 ),
                 revocation_options=RevocationOptions(enabled=True),
             )
@@ -344,7 +347,7 @@ class AuthServer:
             "issuer",
             "authorization_endpoint",
             "token_endpoint",
-            "registration_endpoint",
+            *(("registration_endpoint",) if settings.AGENVOY_OAUTH_REGISTRATION else ()),
             "revocation_endpoint",
             "response_types_supported",
             "grant_types_supported",
@@ -388,6 +391,9 @@ class AuthServer:
         elif path == "/token":
             await self._token(routes[path], scope, receive, send)
         elif path == "/register":
+            if not settings.AGENVOY_OAUTH_REGISTRATION:
+                await _not_found(scope, receive, send)
+                return
             await self._register(routes[path], scope, receive, send)
         else:
             await self._revoke(routes[path], scope, receive, send)
@@ -409,7 +415,10 @@ class AuthServer:
 
     async def _authorize(self, route: Route, scope, receive, send) -> None:
         """An unknown client or a redirect URI it did not register: a 400 page, never a
-        redirect (SPEC 21.3). Then the SDK's handler; `iss` added to its redirects."""
+        redirect (SPEC 21.3). Then the SDK's handler; `iss` added to its redirects, and its
+        error redirects for a client no person has allowed yet made the 400 page as well: anyone
+        may register a client (or serve a document) with a redirect URI of their choosing, and
+        the console's address must not become a link to it."""
         body = await _body(receive) if scope["method"] == "POST" else b""
         source = (
             body.decode("utf-8", "replace") if scope["method"] == "POST" else scope["query_string"].decode()
@@ -428,7 +437,8 @@ class AuthServer:
             why = exc.message if isinstance(exc, InvalidRedirectUriError) else "redirect_uri is not a URL"
             await _failed(why)(scope, receive, send)
             return
-        await route.handle(scope, _replay(body, receive), _with_iss(send))
+        answer = _with_iss(send) if client.allowed else _errors_as_page(scope, receive, send)
+        await route.handle(scope, _replay(body, receive), answer)
 
     async def _token(self, route: Route, scope, receive, send) -> None:
         body = await _body(receive)
@@ -560,6 +570,28 @@ def _with_iss(send):
                     value = add_iss(value.decode("latin-1")).encode("latin-1")
                 headers.append((key, value))
             message = {**message, "headers": headers}
+        await send(message)
+
+    return inner
+
+
+def _errors_as_page(scope, receive, send):
+    """The SDK's authorize answers with each error redirect to the client replaced by the 400
+    page saying the error (the redirect to the `Allow an app` page goes through)."""
+    replaced = False
+
+    async def inner(message) -> None:
+        nonlocal replaced
+        if replaced:
+            return  # the body of the redirect that was replaced
+        if message["type"] == "http.response.start" and message["status"] in (302, 303):
+            location = dict(message.get("headers", [])).get(b"location", b"").decode("latin-1")
+            if not location.startswith(issuer() + "/apps/allow/"):
+                query = dict(parse_qsl(urlsplit(location).query, keep_blank_values=True))
+                error, description = query.get("error", "invalid_request"), query.get("error_description")
+                replaced = True
+                await _failed(f"{error}: {description}" if description else error)(scope, receive, send)
+                return
         await send(message)
 
     return inner

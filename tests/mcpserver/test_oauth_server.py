@@ -1,6 +1,7 @@
 """SPEC 21 against a real `manage.py serve`: the console as its own OAuth authorization server,
 signed in to by the MCP SDK's own client side (`OAuthClientProvider`, dynamic registration)."""
 
+import itertools
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
@@ -16,7 +17,11 @@ pytestmark = pytest.mark.live
 
 @pytest.fixture(scope="module")
 def c(module_console):
-    console = module_console({"echo": our_server("echo.py")}, start=False)
+    # Behind a "proxy" (the tests' own address), so that each registration can come from an
+    # address of its own: the module registers more clients than one address may in an hour.
+    console = module_console(
+        {"echo": our_server("echo.py")}, start=False, AGENVOY_TRUSTED_PROXIES="127.0.0.1/32"
+    )
     console.env["AGENVOY_PUBLIC_URL"] = console.url
     module_console.start(console)
     console.wait_connected("echo")
@@ -115,9 +120,16 @@ def test_it_lets_the_sdk_client_sign_in_list_and_call_through_the_inbox(c, web):
 REDIRECT = "http://127.0.0.1:9/callback"
 
 
+_addresses = itertools.count(1)
+
+
 def register(c, **fields) -> httpx2.Response:
     body = {"redirect_uris": [REDIRECT], "client_name": "Hand app", "token_endpoint_auth_method": "none"}
-    return httpx2.post(c.url + "/register", json={**body, **fields})
+    n = next(_addresses)
+    address = {
+        "X-Forwarded-For": f"198.18.{n // 250}.{n % 250 + 1}"
+    }  # heeded where the test's own is trusted
+    return httpx2.post(c.url + "/register", json={**body, **fields}, headers=address)
 
 
 def count(c, table: str) -> int:
@@ -248,7 +260,8 @@ def test_it_matches_loopback_redirects_on_any_port(c, web):
 )
 def test_it_redirects_other_authorization_errors_with_state_and_iss(c, web, more, error):
     _, challenge = pkce()
-    client_id = register(c).json()["client_id"]
+    client_id = register(c, client_name=f"Allowed {error}").json()["client_id"]
+    allowed_code(c, web, client_id, challenge)  # a client a person allowed: RFC 6749's redirects
     more = {k: v.replace("RESOURCE", c.url) for k, v in more.items()}
     before = count(c, "appgrant"), count(c, "appcode")
     r = web.get("/authorize", params=authorize_params(client_id, challenge, **more), follow_redirects=False)
@@ -258,6 +271,38 @@ def test_it_redirects_other_authorization_errors_with_state_and_iss(c, web, more
     query = {k: v[0] for k, v in parse_qs(urlsplit(location).query).items()}
     assert query["error"] == error and query["state"] == "st-1" and query["iss"] == c.url
     assert (count(c, "appgrant"), count(c, "appcode")) == before
+
+
+@pytest.mark.parametrize(
+    "more, why",
+    [
+        ({"scope": "mcp admin"}, "invalid_scope: unknown scope admin"),
+        ({"resource": "https://elsewhere.example/mcp"}, "invalid_target: resource must be one of"),
+        ({"code_challenge_method": "plain"}, "invalid_request"),
+    ],
+)
+def test_it_answers_errors_for_a_client_nobody_allowed_with_a_page_not_a_redirect(c, more, why):
+    # Anyone may register a client with their own redirect URI: an error redirect for it would
+    # make the console's address a link to anywhere.
+    _, challenge = pkce()
+    client_id = register(c, redirect_uris=["https://phish.example/cb"]).json()["client_id"]
+    params = authorize_params(client_id, challenge, redirect_uri="https://phish.example/cb", **more)
+    r = httpx2.get(c.url + "/authorize", params=params, follow_redirects=False)
+    assert r.status_code == 400, r.headers
+    assert "location" not in r.headers
+    assert f"authorization failed: {why}" in r.text
+
+
+def test_it_turns_registration_off(module_console):
+    closed = module_console(None, start=False, AGENVOY_OAUTH_REGISTRATION="0")
+    closed.env["AGENVOY_PUBLIC_URL"] = closed.url
+    module_console.start(closed)
+    metadata = httpx2.get(closed.url + "/.well-known/oauth-authorization-server").json()
+    assert "registration_endpoint" not in metadata
+    assert metadata["client_id_metadata_document_supported"] is True
+    r = register(closed)
+    assert r.status_code == 404 and r.json() == {"error": "not found"}
+    assert count(closed, "appclient") == 0
 
 
 def test_it_sends_access_denied_when_the_person_denies(c, web):
