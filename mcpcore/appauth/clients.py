@@ -32,6 +32,7 @@ from ..models import AppClient
 NAME_MOST = 200
 UNALLOWED_KEEP = datetime.timedelta(hours=24)
 UNALLOWED_MOST = 100
+IN_USE = datetime.timedelta(minutes=10)  # the life of a request on the `Allow an app` page
 REGISTRATIONS_PER_HOUR = 20
 DOCUMENT_SECONDS = 5.0
 DOCUMENT_MOST = 16 * 1024
@@ -140,9 +141,12 @@ def registered_redirect(client: AppClient, asked: str | None) -> str | None:
 
 def register(metadata: dict, secret: str | None, address: str) -> tuple[AppClient, str | None]:
     """Keep a client registered through `POST /register` with `client_id` from `metadata`;
-    returns the row and its secret. An equal registration no person allowed yet (same name,
-    redirect URIs and auth method) returns that client and its secret instead. Drops clients
-    nobody allowed within 24 hours and keeps at most 100 of them."""
+    returns the row and its secret. A public registration equal to one no person allowed yet
+    (same name and redirect URIs) returns that client instead; a confidential one is always
+    new (a secret is never handed out twice). Refuses the 21st new client of `address` in an
+    hour (`too_many_registrations`). Drops clients nobody allowed within 24 hours and keeps at
+    most 100 of them, the oldest going first (never one a person has on the `Allow an app`
+    page)."""
     uris = [str(u) for u in metadata.get("redirect_uris") or []]
     if not uris:
         raise ClientError("invalid_redirect_uri", "redirect_uris must name at least one URI")
@@ -157,15 +161,20 @@ def register(metadata: dict, secret: str | None, address: str) -> tuple[AppClien
         AppClient.objects.filter(
             document=False, allowed_at__isnull=True, created_at__lt=now - UNALLOWED_KEEP
         ).delete()
-        same = (
-            AppClient.objects.filter(
-                document=False, allowed_at__isnull=True, name=name, auth_method=method, redirect_uris=uris
+        if method == "none":
+            same = (
+                AppClient.objects.filter(
+                    document=False, allowed_at__isnull=True, name=name, auth_method="none", redirect_uris=uris
+                )
+                .order_by("created_at")
+                .first()
             )
-            .order_by("created_at")
-            .first()
-        )
-        if same is not None:
-            return same, oauth.unseal(same.secret) if same.secret else None
+            if same is not None:
+                return same, None
+        # Counted in the transaction that writes: registrations sent at once from one address
+        # cannot all pass a count read before any of them was kept.
+        if not registrations_left(address):
+            raise ClientError("too_many_registrations", "at most 20 registrations an hour per client address")
         row = AppClient.objects.create(
             client_id=metadata["client_id"],
             name=name,
@@ -174,11 +183,21 @@ def register(metadata: dict, secret: str | None, address: str) -> tuple[AppClien
             secret=oauth.seal(secret) if secret else "",
             address=address[:64],
         )
-        unallowed = AppClient.objects.filter(document=False, allowed_at__isnull=True).order_by("-created_at")
-        stale = list(unallowed.values_list("pk", flat=True)[UNALLOWED_MOST:])
+        unallowed = AppClient.objects.filter(document=False, allowed_at__isnull=True)
+        stale = list(unallowed.order_by("-created_at", "-pk").values_list("pk", flat=True)[UNALLOWED_MOST:])
         if stale:
-            AppClient.objects.filter(pk__in=stale).delete()
+            # Never one a person has on the `Allow an app` page: strangers' registrations must
+            # not make a real app's sign-in fail halfway (for a while there may be more).
+            in_use = unallowed.filter(used_at__gte=now - IN_USE)
+            AppClient.objects.filter(pk__in=stale).exclude(pk__in=in_use.values("pk")).delete()
     return row, secret
+
+
+def note_use(client: AppClient) -> None:
+    """A person has this client, nobody allowed yet, on the `Allow an app` page: it is not
+    dropped for strangers' registrations while the page's request lasts."""
+    if client.allowed_at is None and not client.document:
+        AppClient.objects.filter(pk=client.pk).update(used_at=timezone.now())
 
 
 def registrations_left(address: str) -> bool:

@@ -62,6 +62,7 @@ CORS = {"Access-Control-Allow-Origin": "*"}  # as the SDK's own routes answer (b
 _address: contextvars.ContextVar[str] = contextvars.ContextVar("client_address", default="")
 _resource: contextvars.ContextVar[str | None] = contextvars.ContextVar("token_resource", default=None)
 _revoking: contextvars.ContextVar[bool] = contextvars.ContextVar("revoking", default=False)
+_refused: contextvars.ContextVar[dict] = contextvars.ContextVar("register_refused")
 
 
 def issuer() -> str:
@@ -177,6 +178,9 @@ class ConsoleProvider:
                 clients.register, metadata, client_info.client_secret, _address.get()
             )
         except clients.ClientError as exc:
+            if exc.error == "too_many_registrations":
+                _refused.get()["too_many"] = True  # answered 429 by `_register`
+                raise RegistrationError("invalid_client_metadata", exc.description) from None
             raise RegistrationError(exc.error, exc.description) from None  # type: ignore[arg-type]
         # An equal registration nobody allowed yet: the SDK answers with the one kept.
         client_info.client_id = row.client_id
@@ -455,10 +459,23 @@ class AuthServer:
             _resource.reset(reset)
 
     async def _register(self, route: Route, scope, receive, send) -> None:
-        if scope["method"] == "POST" and not await db.read(clients.registrations_left, _address.get()):
-            await JSONResponse({"error": "too_many_registrations"}, 429, headers=CORS)(scope, receive, send)
-            return
-        await route.handle(scope, receive, send)
+        """The SDK's handler; the address's limit is counted where the client is kept
+        (`clients.register`), and its refusal answered 429 instead of the SDK's 400."""
+        refused: dict = {}
+        reset = _refused.set(refused)
+
+        async def answer(message) -> None:
+            if not refused:
+                await send(message)
+            elif message["type"] == "http.response.start":
+                await JSONResponse({"error": "too_many_registrations"}, 429, headers=CORS)(
+                    scope, receive, send
+                )
+
+        try:
+            await route.handle(scope, receive, answer)
+        finally:
+            _refused.reset(reset)
 
     async def _revoke(self, route: Route, scope, receive, send) -> None:
         """RFC 7009 through the SDK's handler; the answer is 200 whatever it says (SPEC 21.4)."""

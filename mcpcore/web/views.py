@@ -48,7 +48,7 @@ from .. import (
     serverconfig,
     toolviewstore,
 )
-from ..appauth import grants
+from ..appauth import clients, grants
 from ..choices import CallStatus, QuestionMode, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
@@ -961,6 +961,7 @@ def app_allow(request: HttpRequest) -> HttpResponse:
             by=audit.by(request),
         )
         return _to_app(fields["redirect_uri"], code=code, state=fields["state"])
+    clients.note_use(client)
     return_host = urlsplit(fields["redirect_uri"]).hostname or urlsplit(fields["redirect_uri"]).scheme
     own_host = urlsplit(client.client_id).hostname if client.document else None
     preselected = fields["resource"][len("/mcp/v/") :] if fields["resource"].startswith("/mcp/v/") else None

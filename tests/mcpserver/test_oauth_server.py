@@ -1,6 +1,7 @@
 """SPEC 21 against a real `manage.py serve`: the console as its own OAuth authorization server,
 signed in to by the MCP SDK's own client side (`OAuthClientProvider`, dynamic registration)."""
 
+import concurrent.futures
 import itertools
 from urllib.parse import parse_qs, urlsplit
 
@@ -216,6 +217,47 @@ def test_it_returns_the_same_client_for_an_identical_unallowed_registration(c):
     assert first.json()["client_id"] == again.json()["client_id"]
     other = register(c, client_name="Twice", redirect_uris=["https://app.example/cb"])
     assert other.json()["client_id"] != first.json()["client_id"]
+
+
+def test_it_never_hands_out_a_secret_twice(c):
+    fields = {"client_name": "Confidential twin", "token_endpoint_auth_method": "client_secret_post"}
+    first, again = register(c, **fields), register(c, **fields)
+    assert first.status_code == again.status_code == 201, first.text
+    assert first.json()["client_id"] != again.json()["client_id"]
+    assert first.json()["client_secret"] != again.json()["client_secret"]
+    public = register(c, client_name="Public twin"), register(c, client_name="Public twin")
+    assert public[0].json()["client_id"] == public[1].json()["client_id"]
+    assert "client_secret" not in public[1].json()
+
+
+def test_it_counts_registrations_sent_at_once_against_the_hours_limit(c, pool):
+    def one(i: int) -> int:
+        body = {
+            "redirect_uris": [REDIRECT],
+            "client_name": f"Flood {i}",
+            "token_endpoint_auth_method": "none",
+        }
+        headers = {"X-Forwarded-For": "192.0.2.77"}
+        return httpx2.post(c.url + "/register", json=body, headers=headers, timeout=30).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(40) as flood:
+        statuses = list(flood.map(one, range(40)))
+    assert sorted(statuses) == [201] * 20 + [429] * 20
+    rows = db_rows(c, "select count(*) from mcpcore_appclient where address = ?", "192.0.2.77")
+    assert rows == [(20,)]
+
+
+def test_it_keeps_a_client_a_person_is_about_to_allow_when_strangers_register_100_more(c, web):
+    _, challenge = pkce()
+    client_id = register(c, client_name="About to be allowed").json()["client_id"]
+    r = web.get("/authorize", params=authorize_params(client_id, challenge), follow_redirects=False)
+    assert r.status_code == 302, r.text
+    page_url = r.headers["location"]
+    assert "About to be allowed" in web.get(page_url).text  # the person has the page open
+    for i in range(100):
+        assert register(c, client_name=f"Stranger {i}").status_code == 201
+    page = web.get(page_url)
+    assert page.status_code == 200 and "About to be allowed" in page.text, page.text
 
 
 def test_it_answers_an_unknown_client_or_unregistered_redirect_with_a_page(c, web):
