@@ -10,7 +10,7 @@ import httpx2
 import pytest
 
 from tests.live import db_rows, our_server, signed_in
-from tests.mcpclients import in_thread, wait_pending
+from tests.mcpclients import in_thread, mcp_client, pending_for, wait_pending
 from tests.oauthapps import MemoryStorage, app_client, consent_over_http, pkce, provider_for
 
 pytestmark = pytest.mark.live
@@ -496,6 +496,34 @@ def test_it_replaces_the_earlier_grant_when_the_same_person_allows_again(c, web)
     assert mcp_status(c, second["access_token"]) == 200
     names = [g["name"] for g in c.get("/v1/grants").json()["grants"]]
     assert names.count("Again (app of alice)") == 1
+
+
+def test_it_ends_the_earlier_grants_pending_calls_when_the_same_person_allows_again(c, web):
+    verifier, challenge = pkce()
+    client_id = register(c, client_name="Pending again").json()["client_id"]
+    first = exchange(c, client_id, allowed_code(c, web, client_id, challenge)["code"], verifier).json()
+    box: dict = {}
+
+    async def main():
+        ended = anyio.Event()
+        async with mcp_client(c, token=first["access_token"]) as client:
+            async with anyio.create_task_group() as tg:
+
+                async def call():
+                    box["result"] = await client.call_tool("echo__echo", {"text": "on the earlier grant"})
+                    ended.set()
+
+                tg.start_soon(call)
+                box["item"] = await wait_pending(c, "mcp__echo__echo", 15)
+                await in_thread(allowed_code, c, web, client_id, challenge)  # the same person, again
+                with anyio.fail_after(15):
+                    await ended.wait()
+
+    anyio.run(main)
+    assert box["result"].is_error and "token revoked" in box["result"].content[0].text
+    assert box["item"]["id"] not in [p["id"] for p in pending_for(c, "mcp__echo__echo")]
+    r = c.reply(box["item"]["session_id"], box["item"]["id"], {"approve": True})
+    assert r.status_code != 200
 
 
 def test_it_lists_and_revokes_grants_for_admins_with_audit_rows(c, web):
