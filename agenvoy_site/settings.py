@@ -223,6 +223,8 @@ AGENVOY_OAUTH_ACCESS_SECONDS = _number(
     "from 60 to 86400 seconds",
 )
 AGENVOY_OAUTH_ALLOW_PRIVATE = _bool("AGENVOY_OAUTH_ALLOW_PRIVATE", False)
+# Dynamic client registration (`POST /register`); off, Client ID Metadata Documents remain.
+AGENVOY_OAUTH_REGISTRATION = _bool("AGENVOY_OAUTH_REGISTRATION", True)
 if AGENVOY_CALL_MAX_SECONDS < AGENVOY_CALL_TIMEOUT:
     raise ImproperlyConfigured("AGENVOY_CALL_MAX_SECONDS must not be below AGENVOY_CALL_TIMEOUT")
 

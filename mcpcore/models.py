@@ -433,7 +433,9 @@ class AppClient(models.Model):
     """An app known to the console as an OAuth authorization server (SPEC 21.2): registered
     through `POST /register` (RFC 7591), or read from its Client ID Metadata Document (an
     `https` client_id, `document`; the row is that document kept, read again after 5 minutes).
-    A registered client nobody allowed (`allowed_at` unset) is dropped after 24 hours."""
+    A registered client nobody allowed (`allowed_at` unset) is dropped after 24 hours; `used_at`
+    (when a person last had it on the `Allow an app` page) keeps it while strangers'
+    registrations pass the 100 kept."""
 
     client_id = models.CharField(max_length=2000, unique=True)
     name = models.CharField(max_length=200, default="")
@@ -445,6 +447,7 @@ class AppClient(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     fetched_at = models.DateTimeField(null=True, blank=True)
     allowed_at = models.DateTimeField(null=True, blank=True)
+    used_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["address", "created_at"])]

@@ -54,18 +54,18 @@ def test_it_matches_loopback_redirects_on_any_port_and_others_exactly():
 
 
 @pytest.mark.django_db
-def test_it_reuses_an_identical_unallowed_registration_with_its_secret():
-    first, secret = clients.register(
-        meta(token_endpoint_auth_method="client_secret_post"), "s3cret", "1.2.3.4"
-    )
-    again, again_secret = clients.register(
-        meta(token_endpoint_auth_method="client_secret_post"), "other", "1.2.3.4"
-    )
-    assert again.pk == first.pk and again_secret == "s3cret"
-    assert "s3cret" not in AppClient.objects.get(pk=first.pk).secret  # sealed
+def test_it_reuses_an_identical_unallowed_public_registration_and_never_a_secret():
+    first, _ = clients.register(meta(), None, "1.2.3.4")
+    again, again_secret = clients.register(meta(), None, "1.2.3.4")
+    assert again.pk == first.pk and again_secret is None
     AppClient.objects.filter(pk=first.pk).update(allowed_at=timezone.now())
-    third, _ = clients.register(meta(token_endpoint_auth_method="client_secret_post"), "x", "1.2.3.4")
+    third, _ = clients.register(meta(), None, "1.2.3.4")
     assert third.pk != first.pk  # an allowed client is never handed to someone else
+    confidential = meta(token_endpoint_auth_method="client_secret_post")
+    one, secret = clients.register(confidential, "s3cret", "1.2.3.4")
+    other, other_secret = clients.register({**confidential, "client_id": str(uuid.uuid4())}, "x", "1.2.3.4")
+    assert other.pk != one.pk and (secret, other_secret) == ("s3cret", "x")
+    assert "s3cret" not in AppClient.objects.get(pk=one.pk).secret  # sealed
 
 
 @pytest.mark.django_db
@@ -80,7 +80,7 @@ def test_it_drops_unallowed_clients_after_a_day_and_keeps_at_most_100():
     assert AppClient.objects.filter(pk=kept.pk).exists()
     first = None
     for i in range(101):
-        row, _ = clients.register(meta(client_name=f"n{i}"), None, "2.2.2.2")
+        row, _ = clients.register(meta(client_name=f"n{i}"), None, f"2.2.2.{i % 10}")
         first = first or row
     assert AppClient.objects.filter(allowed_at__isnull=True).count() == 100
     assert not AppClient.objects.filter(name="new").exists()  # the oldest went first
@@ -93,6 +93,9 @@ def test_it_allows_20_registrations_an_hour_per_address():
         clients.register(meta(client_name=f"r{i}"), None, "9.9.9.9")
     assert not clients.registrations_left("9.9.9.9")
     assert clients.registrations_left("9.9.9.8")
+    with pytest.raises(clients.ClientError) as refused:
+        clients.register(meta(client_name="one more"), None, "9.9.9.9")
+    assert refused.value.error == "too_many_registrations"
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,11 @@ on the socket's own connection so a name can't resolve one way when checked and 
 used).
 
 Sync: the database functions run in a database job (`mcpcore.db`); `fetch_document` does
-network I/O and runs in a thread of its own (never in a database job)."""
+network I/O and runs on the fetches' own threads (`start_fetch`, never in a database job)."""
 
+import collections
 import datetime
+import functools
 import http.client
 import ipaddress
 import json
@@ -16,11 +18,13 @@ import socket
 import ssl
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import urljoin, urlsplit
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from pydantic import AnyUrl
 
 from .. import oauth
 from ..models import AppClient
@@ -28,11 +32,15 @@ from ..models import AppClient
 NAME_MOST = 200
 UNALLOWED_KEEP = datetime.timedelta(hours=24)
 UNALLOWED_MOST = 100
+IN_USE = datetime.timedelta(minutes=10)  # the life of a request on the `Allow an app` page
 REGISTRATIONS_PER_HOUR = 20
 DOCUMENT_SECONDS = 5.0
 DOCUMENT_MOST = 16 * 1024
 DOCUMENT_KEEP = datetime.timedelta(minutes=5)
 FAILURE_KEEP = 60.0
+DOCUMENTS_MOST = 1000  # unallowed documents kept (fetched within 24 hours), the oldest dropped first
+FETCH_THREADS = 8  # the fetches' own threads, and the most in flight at once
+FETCHES_PER_ADDRESS = 2  # in flight for the requests of one client address
 LOOPBACK_HOSTS = ("127.0.0.1", "[::1]", "localhost")
 AUTH_METHODS = ("none", "client_secret_post", "client_secret_basic")
 
@@ -44,6 +52,11 @@ class ClientError(Exception):
         super().__init__(description)
         self.error = error
         self.description = description
+
+
+class Busy(ClientError):
+    """No fetch started: too many in flight. Says nothing about the document (not kept as its
+    failure)."""
 
 
 # --- redirect URIs -------------------------------------------------------------------------------
@@ -59,6 +72,10 @@ def redirect_problem(uri: str) -> str | None:
         return f"{uri!r} is not a URL"
     if "#" in uri:
         return f"{uri!r} has a fragment"
+    try:
+        AnyUrl(uri)  # what the SDK's handlers will parse it with
+    except ValueError:
+        return f"{uri!r} is not a URL"
     if parts.scheme == "https" and host:
         return None
     if parts.scheme == "http" and _loopback(parts.netloc):
@@ -124,9 +141,12 @@ def registered_redirect(client: AppClient, asked: str | None) -> str | None:
 
 def register(metadata: dict, secret: str | None, address: str) -> tuple[AppClient, str | None]:
     """Keep a client registered through `POST /register` with `client_id` from `metadata`;
-    returns the row and its secret. An equal registration no person allowed yet (same name,
-    redirect URIs and auth method) returns that client and its secret instead. Drops clients
-    nobody allowed within 24 hours and keeps at most 100 of them."""
+    returns the row and its secret. A public registration equal to one no person allowed yet
+    (same name and redirect URIs) returns that client instead; a confidential one is always
+    new (a secret is never handed out twice). Refuses the 21st new client of `address` in an
+    hour (`too_many_registrations`). Drops clients nobody allowed within 24 hours and keeps at
+    most 100 of them, the oldest going first (never one a person has on the `Allow an app`
+    page)."""
     uris = [str(u) for u in metadata.get("redirect_uris") or []]
     if not uris:
         raise ClientError("invalid_redirect_uri", "redirect_uris must name at least one URI")
@@ -141,15 +161,20 @@ def register(metadata: dict, secret: str | None, address: str) -> tuple[AppClien
         AppClient.objects.filter(
             document=False, allowed_at__isnull=True, created_at__lt=now - UNALLOWED_KEEP
         ).delete()
-        same = (
-            AppClient.objects.filter(
-                document=False, allowed_at__isnull=True, name=name, auth_method=method, redirect_uris=uris
+        if method == "none":
+            same = (
+                AppClient.objects.filter(
+                    document=False, allowed_at__isnull=True, name=name, auth_method="none", redirect_uris=uris
+                )
+                .order_by("created_at")
+                .first()
             )
-            .order_by("created_at")
-            .first()
-        )
-        if same is not None:
-            return same, oauth.unseal(same.secret) if same.secret else None
+            if same is not None:
+                return same, None
+        # Counted in the transaction that writes: registrations sent at once from one address
+        # cannot all pass a count read before any of them was kept.
+        if not registrations_left(address):
+            raise ClientError("too_many_registrations", "at most 20 registrations an hour per client address")
         row = AppClient.objects.create(
             client_id=metadata["client_id"],
             name=name,
@@ -158,11 +183,21 @@ def register(metadata: dict, secret: str | None, address: str) -> tuple[AppClien
             secret=oauth.seal(secret) if secret else "",
             address=address[:64],
         )
-        unallowed = AppClient.objects.filter(document=False, allowed_at__isnull=True).order_by("-created_at")
-        stale = list(unallowed.values_list("pk", flat=True)[UNALLOWED_MOST:])
+        unallowed = AppClient.objects.filter(document=False, allowed_at__isnull=True)
+        stale = list(unallowed.order_by("-created_at", "-pk").values_list("pk", flat=True)[UNALLOWED_MOST:])
         if stale:
-            AppClient.objects.filter(pk__in=stale).delete()
+            # Never one a person has on the `Allow an app` page: strangers' registrations must
+            # not make a real app's sign-in fail halfway (for a while there may be more).
+            in_use = unallowed.filter(used_at__gte=now - IN_USE)
+            AppClient.objects.filter(pk__in=stale).exclude(pk__in=in_use.values("pk")).delete()
     return row, secret
+
+
+def note_use(client: AppClient) -> None:
+    """A person has this client, nobody allowed yet, on the `Allow an app` page: it is not
+    dropped for strangers' registrations while the page's request lasts."""
+    if client.allowed_at is None and not client.document:
+        AppClient.objects.filter(pk=client.pk).update(used_at=timezone.now())
 
 
 def registrations_left(address: str) -> bool:
@@ -197,7 +232,19 @@ def known(client_id: str) -> tuple[AppClient | None, bool]:
 
 
 def keep_document(client_id: str, document: dict) -> AppClient:
-    """Store (or refresh) the client a fetched, checked document describes."""
+    """Store (or refresh) the client a fetched, checked document describes. Drops the documents
+    nobody allowed that were not used (fetched) within 24 hours, and keeps at most 1000 of
+    them: anyone can make the console fetch one."""
+    now = timezone.now()
+    unallowed = AppClient.objects.filter(document=True, allowed_at__isnull=True)
+    unallowed.filter(fetched_at__lt=now - UNALLOWED_KEEP).delete()
+    stale = list(
+        unallowed.exclude(client_id=client_id)
+        .order_by("-fetched_at")
+        .values_list("pk", flat=True)[DOCUMENTS_MOST - 1 :]
+    )
+    if stale:
+        AppClient.objects.filter(pk__in=stale).delete()
     row, _ = AppClient.objects.update_or_create(
         client_id=client_id,
         defaults={
@@ -206,7 +253,7 @@ def keep_document(client_id: str, document: dict) -> AppClient:
             "auth_method": "none",
             "secret": "",
             "document": True,
-            "fetched_at": timezone.now(),
+            "fetched_at": now,
         },
     )
     return row
@@ -233,9 +280,49 @@ def note_failure(client_id: str, why: str) -> None:
         _failures[client_id] = (time.monotonic() + FAILURE_KEEP, why)
 
 
+# Fetches run on threads of their own, never the event loop's default pool (which the loop's
+# name lookups share), and never queue: a request that would wait behind slow hosts is refused
+# at once. A client address may hold only a few of them, so one stranger's slow hosts cannot
+# take every thread; the same document asked for twice is fetched once.
+_pool: ThreadPoolExecutor | None = None
+_in_flight: dict[str, Future] = {}
+_by_address: collections.Counter[str] = collections.Counter()
+_fetch_lock = threading.Lock()
+
+
+def start_fetch(client_id: str, address: str) -> Future:
+    """`fetch_document(client_id)` on the fetches' own threads, for a request from `address`:
+    the fetch already in flight for it, else a new one; `Busy` when FETCH_THREADS are in flight
+    or FETCHES_PER_ADDRESS for `address`."""
+    global _pool
+    with _fetch_lock:
+        running = _in_flight.get(client_id)
+        if running is not None:
+            return running
+        if len(_in_flight) >= FETCH_THREADS or _by_address[address] >= FETCHES_PER_ADDRESS:
+            raise Busy("invalid_client", "too many client metadata documents are being fetched; try again")
+        if _pool is None:
+            _pool = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="agenvoy-cimd")
+        future = _pool.submit(fetch_document, client_id)
+        _in_flight[client_id] = future
+        _by_address[address] += 1
+    future.add_done_callback(functools.partial(_fetched, client_id, address))
+    return future
+
+
+def _fetched(client_id: str, address: str, future: Future) -> None:
+    with _fetch_lock:
+        if _in_flight.get(client_id) is future:
+            del _in_flight[client_id]
+        _by_address[address] -= 1
+        if _by_address[address] <= 0:
+            del _by_address[address]
+
+
 def check_document(client_id: str, document: object) -> dict:
     """A document's content checked (SPEC 21.2): a JSON object naming itself, listing redirect
-    URIs, public (auth method `none`), with no secret and no private key."""
+    URIs that a registration could list, public (auth method `none`), with no secret and no
+    private key."""
     if not isinstance(document, dict):
         raise ClientError("invalid_client", "the client metadata document is not a JSON object")
     if document.get("client_id") != client_id:
@@ -252,6 +339,10 @@ def check_document(client_id: str, document: object) -> dict:
     uris = document.get("redirect_uris")
     if not isinstance(uris, list) or not uris or not all(isinstance(u, str) for u in uris):
         raise ClientError("invalid_client", "the client metadata document lists no redirect_uris")
+    for uri in uris:  # the rules of a registration's (SPEC 21.2)
+        problem = redirect_problem(uri)
+        if problem:
+            raise ClientError("invalid_client", f"the client metadata document's redirect_uris: {problem}")
     return document
 
 

@@ -107,11 +107,12 @@ def allow(
     by: audit.Actor,
 ) -> tuple[AppGrant, str]:
     """A new grant of `client` for `user` on `resource` (an endpoint path), replacing that
-    person's earlier grant of the same client, and its authorization code (returned clear,
-    kept as its hash). `views` empty: every tool."""
+    person's earlier grant of the same client (its token's pending calls are the caller's to
+    end first, with `calls.revoke_token`), and its authorization code (returned clear, kept as
+    its hash). `views` empty: every tool."""
     now = timezone.now()
     with transaction.atomic():
-        for earlier in AppGrant.objects.filter(client=client, user=user, revoked_at__isnull=True):
+        for earlier in earlier_grants(client, user):
             _end(earlier, now, by)
         token, _clear = ApiToken.issue(
             token_name(client.name or client.client_id, user.get_username()),
@@ -139,6 +140,11 @@ def allow(
             after=_state(grant, views),
         )
     return grant, code
+
+
+def earlier_grants(client: AppClient, user: User):
+    """The grants in force of `client` for `user`, which allowing it again replaces."""
+    return AppGrant.objects.filter(client=client, user=user, revoked_at__isnull=True)
 
 
 def _state(grant: AppGrant, views: list[View] | None = None) -> dict:

@@ -59,9 +59,10 @@ BODY_MOST = 64 * 1024
 CORS = {"Access-Control-Allow-Origin": "*"}  # as the SDK's own routes answer (browser-based clients)
 
 # Set by the console's wrappers around the SDK's handlers, read by the provider they call.
-_address: contextvars.ContextVar[str] = contextvars.ContextVar("register_address", default="")
+_address: contextvars.ContextVar[str] = contextvars.ContextVar("client_address", default="")
 _resource: contextvars.ContextVar[str | None] = contextvars.ContextVar("token_resource", default=None)
 _revoking: contextvars.ContextVar[bool] = contextvars.ContextVar("revoking", default=False)
+_refused: contextvars.ContextVar[dict] = contextvars.ContextVar("register_refused")
 
 
 def issuer() -> str:
@@ -88,7 +89,9 @@ def resource_metadata_url(path: str) -> str:
 
 class ConsoleClient(OAuthClientInformationFull):
     """A client of the console: loopback redirect URIs match with any port (RFC 8252 7.3), the
-    only scope is `mcp`."""
+    only scope is `mcp`. `allowed`: a person has allowed it (its row's `allowed_at`)."""
+
+    allowed: bool = False
 
     def validate_redirect_uri(self, redirect_uri: AnyUrl | None) -> AnyUrl:
         registered = [str(u) for u in self.redirect_uris or []]
@@ -124,6 +127,7 @@ def _client_info(row: AppClient) -> ConsoleClient:
         response_types=["code"],
         scope=SCOPE,
         client_name=row.name or None,
+        allowed=row.allowed_at is not None,
     )
 
 
@@ -136,7 +140,11 @@ async def client_or_why(client_id: str) -> tuple[ConsoleClient | None, str]:
         if why is not None:
             return None, why
         try:
-            document = await asyncio.to_thread(clients.fetch_document, client_id)
+            fetch = clients.start_fetch(client_id, _address.get())
+            # Shielded: the fetch may be shared with other requests, which one leaving must not end.
+            document = await asyncio.shield(asyncio.wrap_future(fetch))
+        except clients.Busy as exc:
+            return None, exc.description
         except clients.ClientError as exc:
             clients.note_failure(client_id, exc.description)
             log.info("client metadata document %s refused: %s", client_id, exc.description)
@@ -170,6 +178,9 @@ class ConsoleProvider:
                 clients.register, metadata, client_info.client_secret, _address.get()
             )
         except clients.ClientError as exc:
+            if exc.error == "too_many_registrations":
+                _refused.get()["too_many"] = True  # answered 429 by `_register`
+                raise RegistrationError("invalid_client_metadata", exc.description) from None
             raise RegistrationError(exc.error, exc.description) from None  # type: ignore[arg-type]
         # An equal registration nobody allowed yet: the SDK answers with the one kept.
         client_info.client_id = row.client_id
@@ -227,7 +238,10 @@ class ConsoleProvider:
         self, client: OAuthClientInformationFull, refresh_token: str
     ) -> RefreshToken | None:
         if _revoking.get():
-            return None  # POST /revoke: revoke_token finds it (a used one must not end the grant here)
+            # POST /revoke: handed on as it came, so that the SDK's handler calls revoke_token,
+            # which finds it among this client's own (reading it here as a token request does
+            # would end the grant of a used one as a reuse).
+            return RefreshToken(token=refresh_token, client_id=client.client_id or "", scopes=[SCOPE])
         row, grace, reused = await db.write(grants.refresh_row, client.client_id or "", refresh_token)
         if reused is not None:
             await _revoke_reused(reused)
@@ -318,7 +332,7 @@ class AuthServer:
                 self.provider,  # type: ignore[arg-type]
                 AnyHttpUrl(issuer()),
                 client_registration_options=ClientRegistrationOptions(
-                    enabled=True, valid_scopes=[SCOPE], default_scopes=[SCOPE]
+                    enabled=settings.AGENVOY_OAUTH_REGISTRATION, valid_scopes=[SCOPE], default_scopes=[SCOPE]
                 ),
                 revocation_options=RevocationOptions(enabled=True),
             )
@@ -337,7 +351,7 @@ class AuthServer:
             "issuer",
             "authorization_endpoint",
             "token_endpoint",
-            "registration_endpoint",
+            *(("registration_endpoint",) if settings.AGENVOY_OAUTH_REGISTRATION else ()),
             "revocation_endpoint",
             "response_types_supported",
             "grant_types_supported",
@@ -352,6 +366,13 @@ class AuthServer:
         return out
 
     async def __call__(self, scope, receive, send) -> None:
+        reset = _address.set(audit.address_of(_as_request(scope)))
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            _address.reset(reset)
+
+    async def _serve(self, scope, receive, send) -> None:
         path = scope["path"]
         try:
             routes = self.routes()
@@ -374,6 +395,9 @@ class AuthServer:
         elif path == "/token":
             await self._token(routes[path], scope, receive, send)
         elif path == "/register":
+            if not settings.AGENVOY_OAUTH_REGISTRATION:
+                await _not_found(scope, receive, send)
+                return
             await self._register(routes[path], scope, receive, send)
         else:
             await self._revoke(routes[path], scope, receive, send)
@@ -395,7 +419,10 @@ class AuthServer:
 
     async def _authorize(self, route: Route, scope, receive, send) -> None:
         """An unknown client or a redirect URI it did not register: a 400 page, never a
-        redirect (SPEC 21.3). Then the SDK's handler; `iss` added to its redirects."""
+        redirect (SPEC 21.3). Then the SDK's handler; `iss` added to its redirects, and its
+        error redirects for a client no person has allowed yet made the 400 page as well: anyone
+        may register a client (or serve a document) with a redirect URI of their choosing, and
+        the console's address must not become a link to it."""
         body = await _body(receive) if scope["method"] == "POST" else b""
         source = (
             body.decode("utf-8", "replace") if scope["method"] == "POST" else scope["query_string"].decode()
@@ -414,7 +441,8 @@ class AuthServer:
             why = exc.message if isinstance(exc, InvalidRedirectUriError) else "redirect_uri is not a URL"
             await _failed(why)(scope, receive, send)
             return
-        await route.handle(scope, _replay(body, receive), _with_iss(send))
+        answer = _with_iss(send) if client.allowed else _errors_as_page(scope, receive, send)
+        await route.handle(scope, _replay(body, receive), answer)
 
     async def _token(self, route: Route, scope, receive, send) -> None:
         body = await _body(receive)
@@ -431,15 +459,23 @@ class AuthServer:
             _resource.reset(reset)
 
     async def _register(self, route: Route, scope, receive, send) -> None:
-        address = audit.address_of(_as_request(scope))
-        if scope["method"] == "POST" and not await db.read(clients.registrations_left, address):
-            await JSONResponse({"error": "too_many_registrations"}, 429, headers=CORS)(scope, receive, send)
-            return
-        reset = _address.set(address)
+        """The SDK's handler; the address's limit is counted where the client is kept
+        (`clients.register`), and its refusal answered 429 instead of the SDK's 400."""
+        refused: dict = {}
+        reset = _refused.set(refused)
+
+        async def answer(message) -> None:
+            if not refused:
+                await send(message)
+            elif message["type"] == "http.response.start":
+                await JSONResponse({"error": "too_many_registrations"}, 429, headers=CORS)(
+                    scope, receive, send
+                )
+
         try:
-            await route.handle(scope, receive, send)
+            await route.handle(scope, receive, answer)
         finally:
-            _address.reset(reset)
+            _refused.reset(reset)
 
     async def _revoke(self, route: Route, scope, receive, send) -> None:
         """RFC 7009 through the SDK's handler; the answer is 200 whatever it says (SPEC 21.4)."""
@@ -551,6 +587,28 @@ def _with_iss(send):
                     value = add_iss(value.decode("latin-1")).encode("latin-1")
                 headers.append((key, value))
             message = {**message, "headers": headers}
+        await send(message)
+
+    return inner
+
+
+def _errors_as_page(scope, receive, send):
+    """The SDK's authorize answers with each error redirect to the client replaced by the 400
+    page saying the error (the redirect to the `Allow an app` page goes through)."""
+    replaced = False
+
+    async def inner(message) -> None:
+        nonlocal replaced
+        if replaced:
+            return  # the body of the redirect that was replaced
+        if message["type"] == "http.response.start" and message["status"] in (302, 303):
+            location = dict(message.get("headers", [])).get(b"location", b"").decode("latin-1")
+            if not location.startswith(issuer() + "/apps/allow/"):
+                query = dict(parse_qsl(urlsplit(location).query, keep_blank_values=True))
+                error, description = query.get("error", "invalid_request"), query.get("error_description")
+                replaced = True
+                await _failed(f"{error}: {description}" if description else error)(scope, receive, send)
+                return
         await send(message)
 
     return inner

@@ -48,7 +48,7 @@ from .. import (
     serverconfig,
     toolviewstore,
 )
-from ..appauth import grants
+from ..appauth import clients, grants
 from ..choices import CallStatus, QuestionMode, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
@@ -950,6 +950,13 @@ def app_allow(request: HttpRequest) -> HttpResponse:
             return _to_app(fields["redirect_uri"], error="access_denied", state=fields["state"])
         chosen = set(request.POST.getlist("views"))
         picked = [v for v in all_views if v.name in chosen]
+        by = audit.by(request)
+        # The grant this one replaces: its token's pending calls end as a revoked token's do.
+        ended = [
+            call_id
+            for earlier in grants.earlier_grants(client, request.user)  # type: ignore[arg-type]
+            for call_id in calls.revoke_token(earlier.token_id, by)[1]
+        ]
         _grant, code = grants.allow(
             client,
             request.user,  # type: ignore[arg-type]
@@ -959,9 +966,12 @@ def app_allow(request: HttpRequest) -> HttpResponse:
             redirect_uri_explicit=fields["explicit"],
             code_challenge=fields["code_challenge"],
             asked_resource=fields["asked_resource"],
-            by=audit.by(request),
+            by=by,
         )
+        for call_id in ended:
+            control.run_to_end(calls.announce, call_id)
         return _to_app(fields["redirect_uri"], code=code, state=fields["state"])
+    clients.note_use(client)
     return_host = urlsplit(fields["redirect_uri"]).hostname or urlsplit(fields["redirect_uri"]).scheme
     own_host = urlsplit(client.client_id).hostname if client.document else None
     preselected = fields["resource"][len("/mcp/v/") :] if fields["resource"].startswith("/mcp/v/") else None

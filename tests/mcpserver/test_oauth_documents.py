@@ -3,6 +3,7 @@ served over HTTPS by this test (a CA of its own, made with `cryptography`, named
 by SSL_CERT_FILE; AGENVOY_OAUTH_ALLOW_PRIVATE=1 since it is on loopback), and fetched by the
 console when an app first uses its `client_id`."""
 
+import concurrent.futures
 import datetime
 import json
 import ssl
@@ -91,7 +92,8 @@ def _ca_and_server_cert(folder: Path) -> tuple[Path, Path, Path]:
 class Documents:
     """An HTTPS server of client metadata documents: `routes[path] = (status, headers, body)`;
     a path in `slow` answers only when `release` is set (or after 10 s), one in `drip` sends its
-    headers a byte every quarter second and never ends them."""
+    headers a byte every quarter second and never ends them. `held`: the slow requests being
+    held now; `most_held` the most at once."""
 
     def __init__(self, folder: Path) -> None:
         self.ca, cert, key = _ca_and_server_cert(folder)
@@ -100,6 +102,9 @@ class Documents:
         self.drip: set[str] = set()
         self.release = threading.Event()
         self.hits: list[str] = []
+        self.held = 0
+        self.most_held = 0
+        self.counted = threading.Condition()
         docs = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -117,7 +122,14 @@ class Documents:
                             return
                     return
                 if self.path in docs.slow:
+                    with docs.counted:
+                        docs.held += 1
+                        docs.most_held = max(docs.most_held, docs.held)
+                        docs.counted.notify_all()
                     docs.release.wait(10)
+                    with docs.counted:
+                        docs.held -= 1
+                        docs.counted.notify_all()
                 status, headers, body = docs.routes.get(self.path, (404, {}, b"{}"))
                 self.send_response(status)
                 for k, v in {"Content-Type": "application/json", **headers}.items():
@@ -237,6 +249,10 @@ def test_it_follows_one_redirect_to_https(c, web, docs):
         ("private-key", "carries a private key"),
         ("not-json", "not JSON"),
         ("missing", "answered HTTP 404"),
+        ("http-redirect", "must be https, http on a loopback host"),
+        ("javascript-redirect", "must be https, http on a loopback host"),
+        ("malformed-redirect", "is not a URL"),
+        ("bad-port-redirect", "is not a URL"),
     ],
 )
 def test_it_refuses_a_bad_document_as_an_unknown_client(c, web, docs, case, why):
@@ -252,6 +268,15 @@ def test_it_refuses_a_bad_document_as_an_unknown_client(c, web, docs, case, why)
         docs.document(path, client_secret="hunter2")
     elif case == "private-key":
         docs.document(path, jwks={"keys": [{"kty": "EC", "crv": "P-256", "x": "a", "y": "b", "d": "c"}]})
+    elif case.endswith("-redirect"):
+        bad = {
+            "http-redirect": "http://app.example/callback",
+            "javascript-redirect": "javascript:alert(1)//",
+            "malformed-redirect": "https://[::1/callback",
+            "bad-port-redirect": "https://app.example:99999/callback",
+        }[case]
+        # The redirect URI asked for is a good one: a document listing a bad one is refused whole.
+        docs.document(path, redirect_uris=[LOOPBACK_REDIRECT, bad])
     elif case == "not-json":
         docs.routes[path] = (200, {}, b"<html>hello</html>")
     before = clients_count(c)
@@ -319,6 +344,23 @@ def test_it_keeps_a_document_5_minutes_and_a_failure_1_minute(c, web, docs):
     assert docs.hits.count("/late.json") == 1
 
 
+def test_it_drops_documents_nobody_allowed_or_used_within_24_hours(c, web, docs):
+    import sqlite3
+
+    old = docs.document("/unused.json")
+    assert authorize(web, old).status_code == 302
+    rows = "select count(*) from mcpcore_appclient where client_id = ?"
+    assert db_rows(c, rows, old) == [(1,)]
+    conn = sqlite3.connect(c.data / "db.sqlite3", timeout=20)
+    with conn:
+        conn.execute(
+            "update mcpcore_appclient set fetched_at = '2000-01-01 00:00:00' where client_id = ?", (old,)
+        )
+    conn.close()
+    assert authorize(web, docs.document("/newer.json")).status_code == 302
+    assert db_rows(c, rows, old) == [(0,)]
+
+
 def test_it_gives_up_on_headers_that_never_end_within_5_seconds(c, web, docs):
     docs.drip.add("/drip.json")
     started = time.monotonic()
@@ -326,3 +368,86 @@ def test_it_gives_up_on_headers_that_never_end_within_5_seconds(c, web, docs):
     assert time.monotonic() - started < 9
     assert r.status_code == 400
     assert "longer than 5 seconds" in r.text
+
+
+def test_it_bounds_document_fetches_so_slow_hosts_do_not_delay_other_clients(module_console, tmp_path):
+    """Strangers' slow document hosts hold at most two fetches per client address and eight in
+    all; the rest are refused at once, and another client's fresh document is fetched at once."""
+    docs = Documents(tmp_path)
+    console = module_console(
+        None,
+        start=False,
+        SSL_CERT_FILE=docs.ca,
+        AGENVOY_OAUTH_ALLOW_PRIVATE="1",
+        AGENVOY_TRUSTED_PROXIES="127.0.0.1/32",
+    )
+    console.env["AGENVOY_PUBLIC_URL"] = console.url
+    module_console.start(console)
+    _, challenge = pkce()
+
+    def authorize_from(address: str, client_id: str) -> httpx2.Response:
+        params = {
+            "response_type": "code",
+            "client_id": client_id,
+            "redirect_uri": LOOPBACK_REDIRECT,
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+            "state": "s",
+        }
+        return httpx2.get(
+            console.url + "/authorize",
+            params=params,
+            headers={"X-Forwarded-For": address},
+            follow_redirects=False,
+            timeout=30,
+        )
+
+    def hold(count: int, addresses: list[str]) -> list[tuple[str, str]]:
+        asked = []
+        for i in range(count):
+            path = f"/hold-{len(docs.slow)}.json"
+            docs.slow.add(path)
+            asked.append((addresses[i % len(addresses)], docs.document(path)))
+        return asked
+
+    def refused_at_once(futures: list, how_many: int) -> list:
+        done = []
+        for f in concurrent.futures.as_completed(futures, timeout=4):
+            done.append(f)
+            if len(done) == how_many:
+                break
+        for f in done:
+            r = f.result()
+            assert r.status_code == 400 and "try again" in r.text, r.text
+        return done
+
+    def held(n: int) -> None:
+        with docs.counted:
+            assert docs.counted.wait_for(lambda: docs.held == n, timeout=10), docs.held
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(20) as pool:
+            # Three strangers ask for four slow documents each: two each are fetched.
+            asked = hold(12, ["203.0.113.1", "203.0.113.2", "203.0.113.3"])
+            first = [pool.submit(authorize_from, address, client_id) for address, client_id in asked]
+            refused = refused_at_once(first, 6)
+            held(6)
+            # Another client's document, asked for from another address, is fetched at once.
+            fresh = docs.document("/fresh.json")
+            started = time.monotonic()
+            r = authorize_from("198.51.100.7", fresh)
+            took = time.monotonic() - started
+            assert r.status_code == 302 and r.headers["location"].startswith(console.url + "/apps/allow/")
+            assert took < 3, took  # not behind the held fetches (5 s each)
+            # Five more strangers, one slow document each: eight fetches in flight at most.
+            more = hold(5, [f"203.0.113.{i}" for i in range(10, 15)])
+            second = [pool.submit(authorize_from, address, client_id) for address, client_id in more]
+            refused += refused_at_once(second, 3)
+            held(8)
+            assert docs.most_held == 8
+            docs.release.set()
+            for f in first + second:
+                if f not in refused:
+                    assert f.result(timeout=15).status_code == 302
+    finally:
+        docs.close()

@@ -1,6 +1,8 @@
 """SPEC 21 against a real `manage.py serve`: the console as its own OAuth authorization server,
 signed in to by the MCP SDK's own client side (`OAuthClientProvider`, dynamic registration)."""
 
+import concurrent.futures
+import itertools
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
@@ -8,7 +10,7 @@ import httpx2
 import pytest
 
 from tests.live import db_rows, our_server, signed_in
-from tests.mcpclients import in_thread, wait_pending
+from tests.mcpclients import in_thread, mcp_client, pending_for, wait_pending
 from tests.oauthapps import MemoryStorage, app_client, consent_over_http, pkce, provider_for
 
 pytestmark = pytest.mark.live
@@ -16,7 +18,11 @@ pytestmark = pytest.mark.live
 
 @pytest.fixture(scope="module")
 def c(module_console):
-    console = module_console({"echo": our_server("echo.py")}, start=False)
+    # Behind a "proxy" (the tests' own address), so that each registration can come from an
+    # address of its own: the module registers more clients than one address may in an hour.
+    console = module_console(
+        {"echo": our_server("echo.py")}, start=False, AGENVOY_TRUSTED_PROXIES="127.0.0.1/32"
+    )
     console.env["AGENVOY_PUBLIC_URL"] = console.url
     module_console.start(console)
     console.wait_connected("echo")
@@ -115,9 +121,16 @@ def test_it_lets_the_sdk_client_sign_in_list_and_call_through_the_inbox(c, web):
 REDIRECT = "http://127.0.0.1:9/callback"
 
 
+_addresses = itertools.count(1)
+
+
 def register(c, **fields) -> httpx2.Response:
     body = {"redirect_uris": [REDIRECT], "client_name": "Hand app", "token_endpoint_auth_method": "none"}
-    return httpx2.post(c.url + "/register", json={**body, **fields})
+    n = next(_addresses)
+    address = {
+        "X-Forwarded-For": f"198.18.{n // 250}.{n % 250 + 1}"
+    }  # heeded where the test's own is trusted
+    return httpx2.post(c.url + "/register", json={**body, **fields}, headers=address)
 
 
 def count(c, table: str) -> int:
@@ -206,6 +219,47 @@ def test_it_returns_the_same_client_for_an_identical_unallowed_registration(c):
     assert other.json()["client_id"] != first.json()["client_id"]
 
 
+def test_it_never_hands_out_a_secret_twice(c):
+    fields = {"client_name": "Confidential twin", "token_endpoint_auth_method": "client_secret_post"}
+    first, again = register(c, **fields), register(c, **fields)
+    assert first.status_code == again.status_code == 201, first.text
+    assert first.json()["client_id"] != again.json()["client_id"]
+    assert first.json()["client_secret"] != again.json()["client_secret"]
+    public = register(c, client_name="Public twin"), register(c, client_name="Public twin")
+    assert public[0].json()["client_id"] == public[1].json()["client_id"]
+    assert "client_secret" not in public[1].json()
+
+
+def test_it_counts_registrations_sent_at_once_against_the_hours_limit(c, pool):
+    def one(i: int) -> int:
+        body = {
+            "redirect_uris": [REDIRECT],
+            "client_name": f"Flood {i}",
+            "token_endpoint_auth_method": "none",
+        }
+        headers = {"X-Forwarded-For": "192.0.2.77"}
+        return httpx2.post(c.url + "/register", json=body, headers=headers, timeout=30).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(40) as flood:
+        statuses = list(flood.map(one, range(40)))
+    assert sorted(statuses) == [201] * 20 + [429] * 20
+    rows = db_rows(c, "select count(*) from mcpcore_appclient where address = ?", "192.0.2.77")
+    assert rows == [(20,)]
+
+
+def test_it_keeps_a_client_a_person_is_about_to_allow_when_strangers_register_100_more(c, web):
+    _, challenge = pkce()
+    client_id = register(c, client_name="About to be allowed").json()["client_id"]
+    r = web.get("/authorize", params=authorize_params(client_id, challenge), follow_redirects=False)
+    assert r.status_code == 302, r.text
+    page_url = r.headers["location"]
+    assert "About to be allowed" in web.get(page_url).text  # the person has the page open
+    for i in range(100):
+        assert register(c, client_name=f"Stranger {i}").status_code == 201
+    page = web.get(page_url)
+    assert page.status_code == 200 and "About to be allowed" in page.text, page.text
+
+
 def test_it_answers_an_unknown_client_or_unregistered_redirect_with_a_page(c, web):
     _, challenge = pkce()
     client_id = register(c).json()["client_id"]
@@ -248,7 +302,8 @@ def test_it_matches_loopback_redirects_on_any_port(c, web):
 )
 def test_it_redirects_other_authorization_errors_with_state_and_iss(c, web, more, error):
     _, challenge = pkce()
-    client_id = register(c).json()["client_id"]
+    client_id = register(c, client_name=f"Allowed {error}").json()["client_id"]
+    allowed_code(c, web, client_id, challenge)  # a client a person allowed: RFC 6749's redirects
     more = {k: v.replace("RESOURCE", c.url) for k, v in more.items()}
     before = count(c, "appgrant"), count(c, "appcode")
     r = web.get("/authorize", params=authorize_params(client_id, challenge, **more), follow_redirects=False)
@@ -258,6 +313,38 @@ def test_it_redirects_other_authorization_errors_with_state_and_iss(c, web, more
     query = {k: v[0] for k, v in parse_qs(urlsplit(location).query).items()}
     assert query["error"] == error and query["state"] == "st-1" and query["iss"] == c.url
     assert (count(c, "appgrant"), count(c, "appcode")) == before
+
+
+@pytest.mark.parametrize(
+    "more, why",
+    [
+        ({"scope": "mcp admin"}, "invalid_scope: unknown scope admin"),
+        ({"resource": "https://elsewhere.example/mcp"}, "invalid_target: resource must be one of"),
+        ({"code_challenge_method": "plain"}, "invalid_request"),
+    ],
+)
+def test_it_answers_errors_for_a_client_nobody_allowed_with_a_page_not_a_redirect(c, more, why):
+    # Anyone may register a client with their own redirect URI: an error redirect for it would
+    # make the console's address a link to anywhere.
+    _, challenge = pkce()
+    client_id = register(c, redirect_uris=["https://phish.example/cb"]).json()["client_id"]
+    params = authorize_params(client_id, challenge, redirect_uri="https://phish.example/cb", **more)
+    r = httpx2.get(c.url + "/authorize", params=params, follow_redirects=False)
+    assert r.status_code == 400, r.headers
+    assert "location" not in r.headers
+    assert f"authorization failed: {why}" in r.text
+
+
+def test_it_turns_registration_off(module_console):
+    closed = module_console(None, start=False, AGENVOY_OAUTH_REGISTRATION="0")
+    closed.env["AGENVOY_PUBLIC_URL"] = closed.url
+    module_console.start(closed)
+    metadata = httpx2.get(closed.url + "/.well-known/oauth-authorization-server").json()
+    assert "registration_endpoint" not in metadata
+    assert metadata["client_id_metadata_document_supported"] is True
+    r = register(closed)
+    assert r.status_code == 404 and r.json() == {"error": "not found"}
+    assert count(closed, "appclient") == 0
 
 
 def test_it_sends_access_denied_when_the_person_denies(c, web):
@@ -384,6 +471,22 @@ def test_it_revokes_a_token_on_post_revoke_and_answers_200_always(c, web):
     assert mcp_status(c, tokens["access_token"]) == 401
 
 
+def test_it_ends_every_token_of_the_grant_when_its_refresh_token_is_revoked(c, web):
+    verifier, challenge = pkce()
+    client_id = register(c, client_name="Refresh revoker").json()["client_id"]
+    code = allowed_code(c, web, client_id, challenge)["code"]
+    tokens = exchange(c, client_id, code, verifier).json()
+    other = register(c, client_name="Someone else").json()["client_id"]
+    r = httpx2.post(c.url + "/revoke", data={"token": tokens["refresh_token"], "client_id": other})
+    assert r.status_code == 200
+    assert mcp_status(c, tokens["access_token"]) == 200  # not another client's to revoke
+    r = httpx2.post(c.url + "/revoke", data={"token": tokens["refresh_token"], "client_id": client_id})
+    assert r.status_code == 200
+    r = refresh(c, client_id, tokens["refresh_token"])
+    assert r.status_code == 400 and r.json()["error"] == "invalid_grant"
+    assert mcp_status(c, tokens["access_token"]) == 401
+
+
 def test_it_replaces_the_earlier_grant_when_the_same_person_allows_again(c, web):
     verifier, challenge = pkce()
     client_id = register(c, client_name="Again").json()["client_id"]
@@ -393,6 +496,34 @@ def test_it_replaces_the_earlier_grant_when_the_same_person_allows_again(c, web)
     assert mcp_status(c, second["access_token"]) == 200
     names = [g["name"] for g in c.get("/v1/grants").json()["grants"]]
     assert names.count("Again (app of alice)") == 1
+
+
+def test_it_ends_the_earlier_grants_pending_calls_when_the_same_person_allows_again(c, web):
+    verifier, challenge = pkce()
+    client_id = register(c, client_name="Pending again").json()["client_id"]
+    first = exchange(c, client_id, allowed_code(c, web, client_id, challenge)["code"], verifier).json()
+    box: dict = {}
+
+    async def main():
+        ended = anyio.Event()
+        async with mcp_client(c, token=first["access_token"]) as client:
+            async with anyio.create_task_group() as tg:
+
+                async def call():
+                    box["result"] = await client.call_tool("echo__echo", {"text": "on the earlier grant"})
+                    ended.set()
+
+                tg.start_soon(call)
+                box["item"] = await wait_pending(c, "mcp__echo__echo", 15)
+                await in_thread(allowed_code, c, web, client_id, challenge)  # the same person, again
+                with anyio.fail_after(15):
+                    await ended.wait()
+
+    anyio.run(main)
+    assert box["result"].is_error and "token revoked" in box["result"].content[0].text
+    assert box["item"]["id"] not in [p["id"] for p in pending_for(c, "mcp__echo__echo")]
+    r = c.reply(box["item"]["session_id"], box["item"]["id"], {"approve": True})
+    assert r.status_code != 200
 
 
 def test_it_lists_and_revokes_grants_for_admins_with_audit_rows(c, web):
