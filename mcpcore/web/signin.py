@@ -1,8 +1,9 @@
 """Signing in (SPEC 22.1): allauth's sign-in and second factors, limited by axes, in the
-console's terms. Failed attempts count per username and client address; the client address is
-the peer, or the first `X-Forwarded-For` entry when the peer is one of AGENVOY_TRUSTED_PROXIES;
-a wrong second-factor code counts as a failed sign-in; a locked pair gets the sign-in page with
-429. AGENVOY_REQUIRE_2FA keeps a person without a second factor on the Account page."""
+console's terms. Failed attempts count per username (whatever its letter case) and client
+address; the client address is `audit.address_of`'s (read from the right of `X-Forwarded-For`
+through AGENVOY_TRUSTED_PROXIES); a wrong second-factor code counts as a failed sign-in; a
+locked pair gets the sign-in page with 429. AGENVOY_REQUIRE_2FA keeps a person without a second
+factor on the Account page."""
 
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.account.forms import LoginForm as AllauthLoginForm

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import io
+import ipaddress
 import re
 import struct
 import time
@@ -78,23 +79,30 @@ def test_four_failures_do_not_lock(client, person):
 
 
 @override_settings(AXES_FAILURE_LIMIT=2)
-def test_forwarded_for_names_the_client_only_behind_a_trusted_proxy(person):
-    from django.conf import settings
-
-    forwarded = {"HTTP_X_FORWARDED_FOR": "203.0.113.9, 10.0.0.1"}
+def test_forwarded_for_is_read_from_the_right_through_trusted_proxies_only(person):
     # No trusted proxy: the header is ignored, so a new forwarded address does not escape the lock.
     for _ in range(2):
-        sign_in(Client(), password="wrong", **forwarded)
-    assert sign_in(Client(), **{"HTTP_X_FORWARDED_FOR": "198.51.100.1"}).status_code == 429
+        sign_in(Client(), password="wrong", HTTP_X_FORWARDED_FOR="203.0.113.9, 10.0.0.1")
+    assert sign_in(Client(), HTTP_X_FORWARDED_FOR="198.51.100.1").status_code == 429
     call_command("axes_reset", stdout=io.StringIO())
-    import ipaddress
 
+    # Behind a trusted proxy (the peer, 127.0.0.1) that appended the client's address: the
+    # entries the client wrote itself, left of it, change nothing.
     with override_settings(AGENVOY_TRUSTED_PROXIES=(ipaddress.ip_network("127.0.0.0/8"),)):
-        assert settings.AGENVOY_TRUSTED_PROXIES
-        for _ in range(2):
-            sign_in(Client(), password="wrong", **forwarded)
-        assert sign_in(Client(), **forwarded).status_code == 429  # 203.0.113.9 is locked
-        assert sign_in(Client(), **{"HTTP_X_FORWARDED_FOR": "198.51.100.1"}).status_code == 302
+        for forged in ("203.0.113.1", "203.0.113.2, 10.1.1.1"):
+            sign_in(Client(), password="wrong", HTTP_X_FORWARDED_FOR=f"{forged}, 198.51.100.7")
+        assert sign_in(Client(), HTTP_X_FORWARDED_FOR="203.0.113.3, 198.51.100.7").status_code == 429
+        # Another client behind the same proxy is not locked.
+        assert sign_in(Client(), HTTP_X_FORWARDED_FOR="203.0.113.1, 198.51.100.8").status_code == 302
+    call_command("axes_reset", stdout=io.StringIO())
+
+    # Two trusted hops (a proxy in front of the proxy): the walk goes past both.
+    proxies = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("10.0.0.0/8"))
+    with override_settings(AGENVOY_TRUSTED_PROXIES=proxies):
+        for forged in ("203.0.113.1", "203.0.113.2"):
+            sign_in(Client(), password="wrong", HTTP_X_FORWARDED_FOR=f"{forged}, 198.51.100.7, 10.0.0.5")
+        assert sign_in(Client(), HTTP_X_FORWARDED_FOR="198.51.100.7, 10.0.0.6").status_code == 429
+        assert sign_in(Client(), HTTP_X_FORWARDED_FOR="10.0.0.6").status_code == 302  # all trusted
 
 
 def _add_authenticator_app(c: Client) -> tuple[str, list[str]]:
