@@ -33,12 +33,14 @@ def client_address(request: HttpRequest) -> str:
 
 
 def username_of(request: HttpRequest, credentials: dict | None) -> str:
-    """The username a sign-in is for: allauth passes `username`; its form field is `login`."""
+    """The username a sign-in is for, as axes counts it: allauth passes `username`; its form
+    field is `login`. In lower case: sign-in matches a username whatever its letter case, so
+    `Alice` and `ALICE` are the same person's attempts and share one count."""
     credentials = credentials or {}
     name = credentials.get("username") or credentials.get("login")
     if not name and request is not None and request.method == "POST":
         name = request.POST.get("login") or request.POST.get("username")
-    return name or ""
+    return (name or "").lower()
 
 
 def locked_out(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:

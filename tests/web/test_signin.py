@@ -72,6 +72,16 @@ def test_five_failures_lock_the_pair_and_the_right_password_is_refused_with_429(
     assert sign_in(client).status_code == 302
 
 
+def test_a_username_counts_as_one_whatever_its_letter_case(client, person):
+    spellings = ["alice", "Alice", "ALICE", "aLiCe", "alicE"]
+    tries = [sign_in(client, name, password="wrong").status_code for name in spellings]
+    assert tries == [200] * 4 + [429]
+    for name in ("alice", "ALICE", "Alice"):
+        r = sign_in(client, name)
+        assert r.status_code == 429 and LOCKED in r.content.decode()
+    assert client.get("/history/").status_code == 302  # not signed in
+
+
 def test_four_failures_do_not_lock(client, person):
     for _ in range(4):
         sign_in(client, password="wrong")
