@@ -401,6 +401,7 @@ MFA_RECOVERY_CODE_COUNT = 10
 # WebAuthn over plain http only where browsers allow it at all (localhost, for `make run`).
 MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = not SESSION_COOKIE_SECURE
 USERSESSIONS_TRACK_ACTIVITY = True
+USERSESSIONS_ADAPTER = "mcpcore.web.signin.UserSessionsAdapter"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

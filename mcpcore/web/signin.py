@@ -10,6 +10,7 @@ from allauth.account.forms import LoginForm as AllauthLoginForm
 from allauth.mfa.adapter import DefaultMFAAdapter
 from allauth.mfa.base.forms import AuthenticateForm as AllauthAuthenticateForm
 from allauth.mfa.models import Authenticator
+from allauth.usersessions.adapter import DefaultUserSessionsAdapter
 from axes.handlers.proxy import AxesProxyHandler
 from django import forms
 from django.conf import settings
@@ -19,6 +20,7 @@ from django.shortcuts import redirect
 from django.template.loader import render_to_string
 
 from .. import audit, oauth
+from . import live
 
 SECOND_FACTORS = (Authenticator.Type.TOTP, Authenticator.Type.WEBAUTHN)
 
@@ -59,6 +61,22 @@ class AccountAdapter(DefaultAccountAdapter):
 
     def get_client_ip(self, request: HttpRequest) -> str:
         return client_address(request) or "0.0.0.0"
+
+    def logout(self, request: HttpRequest) -> None:
+        """Sign out, and close the session's live sockets (they outlive its requests)."""
+        key = request.session.session_key
+        super().logout(request)
+        live.end_sockets([key] if key else [])
+
+
+class UserSessionsAdapter(DefaultUserSessionsAdapter):
+    """Sessions ended from the Account page (`Sign out` of another browser) close their live
+    sockets too."""
+
+    def end_sessions(self, sessions) -> None:
+        sessions = list(sessions)
+        super().end_sessions(sessions)
+        live.end_sockets([s.session_key for s in sessions])
 
 
 class MFAAdapter(DefaultMFAAdapter):
