@@ -394,8 +394,10 @@ MFA_SUPPORTED_TYPES = ["totp", "webauthn", "recovery_codes"]
 MFA_FORMS = {"authenticate": "mcpcore.web.signin.AuthenticateForm"}
 MFA_ADAPTER = "mcpcore.web.signin.MFAAdapter"
 MFA_PASSKEY_LOGIN_ENABLED = True
-# Adding or removing a factor asks for no second password entry (docs/decisions.md).
-MFA_REAUTHENTICATION_REQUIRED = False
+# Showing the recovery codes, adding or removing a factor: allauth's reauthentication first (the
+# password or a factor again, good for ACCOUNT_REAUTHENTICATION_TIMEOUT, 5 minutes), so a
+# session left open or taken cannot read the codes or swap the factors.
+MFA_REAUTHENTICATION_REQUIRED = True
 MFA_TOTP_ISSUER = "Agenvoy MCP console"
 MFA_RECOVERY_CODE_COUNT = 10
 # WebAuthn over plain http only where browsers allow it at all (localhost, for `make run`).

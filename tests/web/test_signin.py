@@ -115,9 +115,19 @@ def test_forwarded_for_is_read_from_the_right_through_trusted_proxies_only(perso
         assert sign_in(Client(), HTTP_X_FORWARDED_FOR="10.0.0.6").status_code == 302  # all trusted
 
 
+REAUTHENTICATE = "/accounts/reauthenticate/"
+
+
+def reauthenticate(c: Client, password: str = PASSWORD) -> None:
+    """allauth's "confirm it's you": the password again (good for the next 5 minutes)."""
+    r = c.post(REAUTHENTICATE, {"password": password})
+    assert r.status_code == 302, r.content.decode()[:2000]
+
+
 def _add_authenticator_app(c: Client) -> tuple[str, list[str]]:
     """On the Account page's link: the QR code and the secret as text; a code computed from
     that secret activates it. The secret, and the recovery codes made with it."""
+    reauthenticate(c)
     page = c.get("/accounts/2fa/totp/activate/")
     assert page.status_code == 200
     html = page.content.decode()
@@ -149,6 +159,33 @@ def test_an_authenticator_app_is_added_from_its_secret_and_then_asked_for(client
     r = fresh.post("/accounts/2fa/authenticate/", {"code": totp(secret)})
     assert r.status_code == 302
     assert fresh.get("/history/").status_code == 200
+
+
+def test_second_factors_ask_for_the_password_again_before_they_are_shown_or_changed(client, person):
+    """A session left open (or taken) does not show the recovery codes nor add or remove a
+    factor: allauth's reauthentication asks for the password (or a factor) first."""
+    from allauth.mfa.models import Authenticator
+
+    sign_in(client)
+    r = client.get("/accounts/2fa/totp/activate/")
+    assert r.status_code == 302 and r["Location"].startswith(REAUTHENTICATE)
+    assert client.post("/accounts/2fa/totp/activate/", {"code": "123456"}).status_code == 302
+    secret, codes = _add_authenticator_app(client)  # after the password again
+
+    taken = Client()
+    sign_in(taken)
+    assert taken.post("/accounts/2fa/authenticate/", {"code": totp(secret)}).status_code == 302
+    for path in ("/accounts/2fa/recovery-codes/", "/accounts/2fa/recovery-codes/generate/"):
+        r = taken.get(path)
+        assert r.status_code == 302 and "reauthenticate" in r["Location"], path
+    r = taken.post("/accounts/2fa/recovery-codes/generate/")
+    assert r.status_code == 302 and "reauthenticate" in r["Location"]
+    r = taken.post("/accounts/2fa/totp/deactivate/")
+    assert r.status_code == 302 and "reauthenticate" in r["Location"]
+    assert taken.get("/accounts/2fa/webauthn/add/")["Location"].startswith("/accounts/")
+    assert "reauthenticate" in taken.get("/accounts/2fa/webauthn/add/")["Location"]
+    assert Authenticator.objects.filter(user=person, type="totp").exists()
+    assert not any(code in taken.get("/account/").content.decode() for code in codes)
 
 
 def test_a_recovery_code_works_once_and_not_twice(client, person):
@@ -267,6 +304,7 @@ def test_every_page_the_account_page_leads_to_opens(client, person):
         "/accounts/2fa/webauthn/add/",
         "/accounts/password/change/",
         "/accounts/sessions/",
+        "/accounts/reauthenticate/",
     ):
         r = client.get(path)
         assert r.status_code == 200, path
