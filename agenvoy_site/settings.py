@@ -356,6 +356,17 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "mcpcore.channellayer.InMemoryChannelLayer"}}
 
+# One cache shared by every process (web processes, `serve`), in the database they already
+# share: allauth keeps there the authenticator-app codes already used (each signs in once, on
+# whichever process) and its rate limits. Its table is made by migration 0022.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "mcpcore_cache",
+        "OPTIONS": {"MAX_ENTRIES": 100_000},  # culling early would forget a used code
+    }
+}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
