@@ -416,6 +416,7 @@ MFA_RECOVERY_CODE_COUNT = 10
 # WebAuthn over plain http only where browsers allow it at all (localhost, for `make run`).
 MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = not SESSION_COOKIE_SECURE
 USERSESSIONS_TRACK_ACTIVITY = True
+USERSESSIONS_ADAPTER = "mcpcore.web.signin.UserSessionsAdapter"
 
 
 def _smtp(name: str) -> tuple[str, str, int, str, str]:
@@ -451,7 +452,6 @@ if AGENVOY_SMTP_URL:
 DEFAULT_FROM_EMAIL = (
     os.environ.get("AGENVOY_EMAIL_FROM", "").strip() or f"Agenvoy MCP console <agenvoy@{_PUBLIC_HOST}>"
 )
-USERSESSIONS_ADAPTER = "mcpcore.web.signin.UserSessionsAdapter"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
