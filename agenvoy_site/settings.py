@@ -358,6 +358,17 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "mcpcore.channellayer.InMemoryChannelLayer"}}
 
+# One cache shared by every process (web processes, `serve`), in the database they already
+# share: allauth keeps there the authenticator-app codes already used (each signs in once, on
+# whichever process) and its rate limits. Its table is made by migration 0022.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "mcpcore_cache",
+        "OPTIONS": {"MAX_ENTRIES": 100_000},  # culling early would forget a used code
+    }
+}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -391,18 +402,58 @@ ACCOUNT_EMAIL_VERIFICATION = "none"
 ACCOUNT_SESSION_REMEMBER = True
 ACCOUNT_LOGOUT_REDIRECT_URL = "login"
 ACCOUNT_REAUTHENTICATION_REQUIRED = False
-ACCOUNT_RATE_LIMITS = False  # axes is the one limit on failed sign-ins (above)
+# allauth's own limits, but not on signing in: axes is the one limit on failed sign-ins
+# (above). A password reset mails a person: at most 3 an hour to one mailbox, 20 from one address.
+ACCOUNT_RATE_LIMITS = {"login": None, "login_failed": None, "reset_password": "20/h/ip,3/h/key"}
 MFA_SUPPORTED_TYPES = ["totp", "webauthn", "recovery_codes"]
 MFA_FORMS = {"authenticate": "mcpcore.web.signin.AuthenticateForm"}
 MFA_ADAPTER = "mcpcore.web.signin.MFAAdapter"
 MFA_PASSKEY_LOGIN_ENABLED = True
-# Adding or removing a factor asks for no second password entry (docs/decisions.md).
-MFA_REAUTHENTICATION_REQUIRED = False
+# Showing the recovery codes, adding or removing a factor: allauth's reauthentication first (the
+# password or a factor again, good for ACCOUNT_REAUTHENTICATION_TIMEOUT, 5 minutes), so a
+# session left open or taken cannot read the codes or swap the factors.
+MFA_REAUTHENTICATION_REQUIRED = True
 MFA_TOTP_ISSUER = "Agenvoy MCP console"
 MFA_RECOVERY_CODE_COUNT = 10
 # WebAuthn over plain http only where browsers allow it at all (localhost, for `make run`).
 MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = not SESSION_COOKIE_SECURE
 USERSESSIONS_TRACK_ACTIVITY = True
+USERSESSIONS_ADAPTER = "mcpcore.web.signin.UserSessionsAdapter"
+
+
+def _smtp(name: str) -> tuple[str, str, int, str, str]:
+    """(scheme, host, port, user, password) from `smtp://[user:password@]host[:port]`
+    (`smtp+tls://`: STARTTLS, `smtps://`: TLS from the start)."""
+    from urllib.parse import unquote, urlsplit
+
+    bad = ImproperlyConfigured(
+        f"{name} must be smtp://, smtp+tls:// or smtps:// [user:password@]host[:port]"
+    )  # the value is not repeated: it may hold the password
+    try:
+        url = urlsplit(os.environ[name].strip())
+        port = url.port
+    except ValueError:
+        raise bad from None
+    if url.scheme not in ("smtp", "smtp+tls", "smtps") or not url.hostname or url.path not in ("", "/"):
+        raise bad
+    port = port or {"smtp": 25, "smtp+tls": 587, "smtps": 465}[url.scheme]
+    return url.scheme, url.hostname, port, unquote(url.username or ""), unquote(url.password or "")
+
+
+# Mail, for allauth's password reset only: without a server the reset pages are not routed
+# and nothing offers them (agenvoy_site/urls.py); with one, ACCOUNT_RATE_LIMITS caps them.
+AGENVOY_SMTP_URL = os.environ.get("AGENVOY_SMTP_URL", "").strip()
+# Without a server the default mailer drops what it is given (nothing is given: the pages that
+# mail are not routed); Django's check wants a default.
+MAILERS: dict = {"default": {"BACKEND": "django.core.mail.backends.dummy.EmailBackend"}}
+if AGENVOY_SMTP_URL:
+    _scheme, _host, _port, _user, _password = _smtp("AGENVOY_SMTP_URL")
+    _options = {"host": _host, "port": _port, "username": _user, "password": _password}
+    _options |= {"use_tls": _scheme == "smtp+tls", "use_ssl": _scheme == "smtps", "timeout": 20}
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.smtp.EmailBackend", "OPTIONS": _options}}
+DEFAULT_FROM_EMAIL = (
+    os.environ.get("AGENVOY_EMAIL_FROM", "").strip() or f"Agenvoy MCP console <agenvoy@{_PUBLIC_HOST}>"
+)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

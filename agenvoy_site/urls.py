@@ -1,8 +1,40 @@
+from allauth import urls as allauth_urls
 from allauth.account import views as account_views
-from django.urls import include, path, re_path
+from django.conf import settings
+from django.urls import URLPattern, URLResolver, include, path, re_path
 
 from mcpcore.api.ops import metrics_view
 from mcpcore.web import views
+
+
+def _without_password_reset(patterns: list) -> list:
+    """allauth's URLs less its password-reset pages, at any depth: they mail the person, so
+    they exist only when the console has a mail server (AGENVOY_SMTP_URL). Not routed, their
+    names do not resolve either, and allauth then offers no "Forgot your password?" link."""
+    kept: list = []
+    for p in patterns:
+        if isinstance(p, URLResolver):
+            kept.append(
+                URLResolver(
+                    p.pattern,
+                    _without_password_reset(p.url_patterns),
+                    p.default_kwargs,
+                    p.app_name,
+                    p.namespace,
+                )
+            )
+        elif not (
+            isinstance(p, URLPattern)
+            and p.name
+            and ("password_reset" in p.name or "reset_password" in p.name)
+        ):
+            kept.append(p)
+    return kept
+
+
+_allauth = allauth_urls.urlpatterns
+if not settings.AGENVOY_SMTP_URL:
+    _allauth = _without_password_reset(_allauth)
 
 urlpatterns = [
     # What MCP clients probe (SPEC 17.4): JSON 404s, never an HTML page. The OAuth metadata the
@@ -19,6 +51,6 @@ urlpatterns = [
     # (second factors, password, sessions) under accounts/, reached from the Account page.
     path("login/", account_views.login, name="login"),
     path("logout/", account_views.logout, name="logout"),
-    path("accounts/", include("allauth.urls")),
+    path("accounts/", include(_allauth)),
     path("", include("mcpcore.web.urls")),
 ]

@@ -44,25 +44,28 @@ BY_SYSTEM = Actor(SYSTEM)
 
 
 def address_of(request: HttpRequest) -> str:
-    """The address a request came from, the one place that decides it (the audit rows and the
-    sign-in limit of SPEC 22.1): the peer, or the first `X-Forwarded-For` entry when the peer
-    is one of AGENVOY_TRUSTED_PROXIES."""
-    peer = str(request.META.get("REMOTE_ADDR") or "")
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-    if not forwarded or not _trusted(peer):
-        return peer
-    try:
-        return str(ipaddress.ip_address(forwarded.split(",")[0].strip()))
-    except ValueError:
-        return peer
+    """The address a request came from, the one place that decides it (the sign-in and
+    registration limits, the audit rows, the session list: SPEC 22.1). Read from the right of
+    `X-Forwarded-For`, since each proxy appends its peer and only the leftmost entries are the
+    client's own writing: while the address in hand (first the peer) is one of
+    AGENVOY_TRUSTED_PROXIES, the next entry to its left; the first address not trusted is the
+    client (all trusted: the leftmost). An entry that is no address ends the walk there."""
+    address = str(request.META.get("REMOTE_ADDR") or "")
+    hops = [h.strip() for h in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if h.strip()]
+    while hops and _trusted(address):
+        try:
+            address = str(ipaddress.ip_address(hops.pop()))
+        except ValueError:
+            break
+    return address
 
 
-def _trusted(peer: str) -> bool:
+def _trusted(address: str) -> bool:
     try:
-        address = ipaddress.ip_address(peer)
+        ip = ipaddress.ip_address(address)
     except ValueError:
         return False
-    return any(address in network for network in settings.AGENVOY_TRUSTED_PROXIES)
+    return any(ip in network for network in settings.AGENVOY_TRUSTED_PROXIES)
 
 
 def by(request: HttpRequest) -> Actor:

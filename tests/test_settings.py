@@ -56,6 +56,8 @@ BAD = [
     ("AGENVOY_OAUTH_ALLOW_PRIVATE", "maybe"),
     ("AGENVOY_METRICS_ALLOW", "10.0.0.0/33"),
     ("AGENVOY_METRICS_ALLOW", "127.0.0.1/32,localhost"),
+    ("AGENVOY_SMTP_URL", "mail.example"),
+    ("AGENVOY_SMTP_URL", "smtp://user:pw@mail.example:port"),
 ]
 GOOD = {
     "AGENVOY_POLL_SECONDS": "1.5",
@@ -85,6 +87,7 @@ GOOD = {
     "AGENVOY_OAUTH_ACCESS_SECONDS": "60",
     "AGENVOY_OAUTH_ALLOW_PRIVATE": "1",
     "AGENVOY_METRICS_ALLOW": "127.0.0.1/32, 10.0.0.0/8,::1",
+    "AGENVOY_SMTP_URL": "smtp+tls://me%40example.com:pw@mail.example:587",
 }
 
 

@@ -15,11 +15,26 @@ from django.db.models import Count
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from .. import elicitation, oauth
+from .. import control, elicitation, oauth
 from ..choices import CallStatus, QuestionMode, QuestionStatus
 from ..models import Question, Server, SessionAllowance, ToolCall
 
 PENDING_SHOWN = 200  # the list and the badge stop counting here ("200+")
+
+
+def session_group(session_key: str) -> str:
+    """The group of one browser session's live sockets. The key is hashed: it is the session's
+    credential, and group names travel through the channel layer (Redis in scale-out)."""
+    return "mcp-session-" + hashlib.sha256(session_key.encode()).hexdigest()[:32]
+
+
+def end_sockets(session_keys: list[str]) -> None:
+    """Close the live sockets of sessions that ended (a sign-out, or `Sign out` of another
+    session on the Account page), in every web process: a socket outlives the request that
+    opened it and would otherwise keep pushing to a browser no longer signed in."""
+    for key in session_keys:
+        if key:
+            control.send_group(session_group(key), {"type": "session.ended"})
 
 
 def ago(when) -> str:

@@ -1,14 +1,16 @@
 """Signing in (SPEC 22.1): allauth's sign-in and second factors, limited by axes, in the
-console's terms. Failed attempts count per username and client address; the client address is
-the peer, or the first `X-Forwarded-For` entry when the peer is one of AGENVOY_TRUSTED_PROXIES;
-a wrong second-factor code counts as a failed sign-in; a locked pair gets the sign-in page with
-429. AGENVOY_REQUIRE_2FA keeps a person without a second factor on the Account page."""
+console's terms. Failed attempts count per username (whatever its letter case) and client
+address; the client address is `audit.address_of`'s (read from the right of `X-Forwarded-For`
+through AGENVOY_TRUSTED_PROXIES); a wrong second-factor code counts as a failed sign-in; a
+locked pair gets the sign-in page with 429. AGENVOY_REQUIRE_2FA keeps a person without a second
+factor on the Account page."""
 
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.account.forms import LoginForm as AllauthLoginForm
 from allauth.mfa.adapter import DefaultMFAAdapter
 from allauth.mfa.base.forms import AuthenticateForm as AllauthAuthenticateForm
 from allauth.mfa.models import Authenticator
+from allauth.usersessions.adapter import DefaultUserSessionsAdapter
 from axes.handlers.proxy import AxesProxyHandler
 from django import forms
 from django.conf import settings
@@ -18,6 +20,7 @@ from django.shortcuts import redirect
 from django.template.loader import render_to_string
 
 from .. import audit, oauth
+from . import live
 
 SECOND_FACTORS = (Authenticator.Type.TOTP, Authenticator.Type.WEBAUTHN)
 
@@ -32,12 +35,14 @@ def client_address(request: HttpRequest) -> str:
 
 
 def username_of(request: HttpRequest, credentials: dict | None) -> str:
-    """The username a sign-in is for: allauth passes `username`; its form field is `login`."""
+    """The username a sign-in is for, as axes counts it: allauth passes `username`; its form
+    field is `login`. In lower case: sign-in matches a username whatever its letter case, so
+    `Alice` and `ALICE` are the same person's attempts and share one count."""
     credentials = credentials or {}
     name = credentials.get("username") or credentials.get("login")
     if not name and request is not None and request.method == "POST":
         name = request.POST.get("login") or request.POST.get("username")
-    return name or ""
+    return (name or "").lower()
 
 
 def locked_out(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:
@@ -56,6 +61,22 @@ class AccountAdapter(DefaultAccountAdapter):
 
     def get_client_ip(self, request: HttpRequest) -> str:
         return client_address(request) or "0.0.0.0"
+
+    def logout(self, request: HttpRequest) -> None:
+        """Sign out, and close the session's live sockets (they outlive its requests)."""
+        key = request.session.session_key
+        super().logout(request)
+        live.end_sockets([key] if key else [])
+
+
+class UserSessionsAdapter(DefaultUserSessionsAdapter):
+    """Sessions ended from the Account page (`Sign out` of another browser) close their live
+    sockets too."""
+
+    def end_sessions(self, sessions) -> None:
+        sessions = list(sessions)
+        super().end_sessions(sessions)
+        live.end_sockets([s.session_key for s in sessions])
 
 
 class MFAAdapter(DefaultMFAAdapter):

@@ -1137,12 +1137,14 @@ def account(request: HtmxRequest) -> HttpResponse:
 @login_required
 @require_POST
 def session_sign_out(request: HtmxRequest, pk: int) -> HttpResponse:
-    """End one of the person's own sessions (another browser, say)."""
+    """End one of the person's own sessions (another browser, say), through allauth's adapter
+    (`signin.UserSessionsAdapter`, which closes that session's live sockets)."""
+    from allauth.usersessions.adapter import get_adapter
     from allauth.usersessions.models import UserSession
 
     found = get_object_or_404(UserSession, pk=pk, user=request.user)
     current = found.is_current()
-    found.end()
+    get_adapter().end_sessions([found])
     if current:
         return redirect("login")
     messages.success(request, "Signed out that session.")

@@ -1,7 +1,7 @@
 """Signing in, in a real Chromium (SPEC 22.1), on a console with AGENVOY_REQUIRE_2FA=1, at
 `localhost` (WebAuthn refuses an IP address): five wrong passwords, then the right one refused
 with 429; a person without a second factor held on `Account`; an authenticator app added from
-the secret shown as text and then asked for; a recovery code used once and not twice; a passkey
+the secret shown as text (after the password again) and then asked for; a recovery code used once and not twice; a passkey
 added and used alone with Chromium's virtual authenticator; another session signed out. Every
 page on the way under axe-core and the Tab walk, at 1280 and 390 px, with its headers.
 
@@ -59,6 +59,13 @@ def password_step(page: Page, password: str = PASSWORD) -> None:
     page.get_by_role("button", name="Sign in", exact=True).click(timeout=90_000)
 
 
+def confirm_access(page: Page) -> None:
+    """allauth's reauthentication, asked before a second factor is shown or changed."""
+    expect(page.get_by_role("heading", name="Confirm Access")).to_be_visible()
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Confirm").click()
+
+
 def sign_out(page: Page) -> None:
     page.get_by_role("button", name=re.compile("^Sign out")).first.click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
@@ -89,6 +96,8 @@ def test_without_a_second_factor_a_person_is_held_on_the_account_page(page):
 
 def test_an_authenticator_app_is_added_and_asked_for(page, person):
     page.get_by_role("link", name="Add an authenticator app").click()
+    check(page, "confirm access")
+    confirm_access(page)
     secret = page.locator("#authenticator_secret").input_value()
     assert re.fullmatch(r"[A-Z2-7]{16,}", secret), secret
     expect(page.locator("img[src^='data:image/svg+xml']")).to_be_visible()  # the QR code beside it
@@ -139,6 +148,7 @@ def test_a_passkey_is_added_and_signs_in_alone(page):
     authenticator = cdp.send("WebAuthn.addVirtualAuthenticator", {"options": options})["authenticatorId"]
     page.goto("/account/")
     page.get_by_role("link", name="Add a passkey").click()
+    confirm_access(page)  # a new session since the app was added
     check(page, "passkey add")
     page.get_by_label("Name").fill("virtual key")
     page.get_by_label("Passwordless").check()

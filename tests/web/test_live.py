@@ -121,3 +121,83 @@ def test_it_signs_the_pending_list_by_what_it_shows(signed_in, every):
     assert one != empty and sig() == one
     ToolCall.objects.filter(pk=call.pk).update(status="skipped")
     assert sig() == empty
+
+
+# --- who may hold the socket (issue 41.10) --------------------------------------------------------
+
+
+async def _socket_of(client):
+    """The live socket a signed-in browser opens: through the session and auth middleware, with
+    the browser's session cookie."""
+    from channels.auth import AuthMiddlewareStack
+    from channels.routing import URLRouter
+    from channels.testing import WebsocketCommunicator
+
+    from mcpcore.web import routing
+
+    app = AuthMiddlewareStack(URLRouter(routing.websocket_urlpatterns))
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    comm = WebsocketCommunicator(app, "/ws/live/?page=pending", headers=[(b"cookie", cookie)])
+    connected, _ = await comm.connect()
+    return comm, connected
+
+
+async def _signed_in_browser(username: str):
+    from asgiref.sync import sync_to_async
+    from django.test import Client
+
+    def sign_in():
+        if not User.objects.filter(username=username).exists():
+            User.objects.create_user(username, password="live-pw-4110")
+        c = Client()
+        assert c.post("/login/", {"username": username, "password": "live-pw-4110"}).status_code == 302
+        return c
+
+    return await sync_to_async(sign_in)()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_it_refuses_the_socket_to_a_person_held_on_the_account_page(agenvoy_home, settings):
+    settings.AGENVOY_REQUIRE_2FA = True
+    browser = await _signed_in_browser("ws-no-factor")
+    comm, connected = await _socket_of(browser)
+    assert not connected
+    await comm.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_it_closes_the_socket_when_its_session_signs_out(agenvoy_home):
+    from asgiref.sync import sync_to_async
+
+    browser = await _signed_in_browser("ws-out")
+    comm, connected = await _socket_of(browser)
+    assert connected
+    assert (await sync_to_async(browser.post)("/logout/")).status_code == 302
+    assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
+    await comm.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_it_closes_the_socket_of_a_session_signed_out_from_the_account_page(agenvoy_home):
+    from allauth.usersessions.models import UserSession
+    from asgiref.sync import sync_to_async
+
+    from mcpcore import control
+
+    here = await _signed_in_browser("ws-two")
+    there = await _signed_in_browser("ws-two")
+    comm, connected = await _socket_of(there)
+    kept, kept_connected = await _socket_of(here)
+    assert connected and kept_connected
+    other = await UserSession.objects.aget(session_key=there.cookies["sessionid"].value)
+    r = await sync_to_async(here.post)(f"/account/sessions/{other.pk}/sign-out/")
+    assert r.status_code == 302 and r["Location"] == "/account/"
+    assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
+    await comm.wait()
+    # This browser's own socket stays open and still gets its pushes.
+    await control.asend_group(control.PENDING, {"type": "pending.changed", "call_id": "x"})
+    assert 'id="pending-badge"' in await kept.receive_from(timeout=5)
+    await kept.disconnect()

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import io
+import ipaddress
 import re
 import struct
 import time
@@ -71,6 +72,16 @@ def test_five_failures_lock_the_pair_and_the_right_password_is_refused_with_429(
     assert sign_in(client).status_code == 302
 
 
+def test_a_username_counts_as_one_whatever_its_letter_case(client, person):
+    spellings = ["alice", "Alice", "ALICE", "aLiCe", "alicE"]
+    tries = [sign_in(client, name, password="wrong").status_code for name in spellings]
+    assert tries == [200] * 4 + [429]
+    for name in ("alice", "ALICE", "Alice"):
+        r = sign_in(client, name)
+        assert r.status_code == 429 and LOCKED in r.content.decode()
+    assert client.get("/history/").status_code == 302  # not signed in
+
+
 def test_four_failures_do_not_lock(client, person):
     for _ in range(4):
         sign_in(client, password="wrong")
@@ -78,28 +89,45 @@ def test_four_failures_do_not_lock(client, person):
 
 
 @override_settings(AXES_FAILURE_LIMIT=2)
-def test_forwarded_for_names_the_client_only_behind_a_trusted_proxy(person):
-    from django.conf import settings
-
-    forwarded = {"HTTP_X_FORWARDED_FOR": "203.0.113.9, 10.0.0.1"}
+def test_forwarded_for_is_read_from_the_right_through_trusted_proxies_only(person):
     # No trusted proxy: the header is ignored, so a new forwarded address does not escape the lock.
     for _ in range(2):
-        sign_in(Client(), password="wrong", **forwarded)
-    assert sign_in(Client(), **{"HTTP_X_FORWARDED_FOR": "198.51.100.1"}).status_code == 429
+        sign_in(Client(), password="wrong", HTTP_X_FORWARDED_FOR="203.0.113.9, 10.0.0.1")
+    assert sign_in(Client(), HTTP_X_FORWARDED_FOR="198.51.100.1").status_code == 429
     call_command("axes_reset", stdout=io.StringIO())
-    import ipaddress
 
+    # Behind a trusted proxy (the peer, 127.0.0.1) that appended the client's address: the
+    # entries the client wrote itself, left of it, change nothing.
     with override_settings(AGENVOY_TRUSTED_PROXIES=(ipaddress.ip_network("127.0.0.0/8"),)):
-        assert settings.AGENVOY_TRUSTED_PROXIES
-        for _ in range(2):
-            sign_in(Client(), password="wrong", **forwarded)
-        assert sign_in(Client(), **forwarded).status_code == 429  # 203.0.113.9 is locked
-        assert sign_in(Client(), **{"HTTP_X_FORWARDED_FOR": "198.51.100.1"}).status_code == 302
+        for forged in ("203.0.113.1", "203.0.113.2, 10.1.1.1"):
+            sign_in(Client(), password="wrong", HTTP_X_FORWARDED_FOR=f"{forged}, 198.51.100.7")
+        assert sign_in(Client(), HTTP_X_FORWARDED_FOR="203.0.113.3, 198.51.100.7").status_code == 429
+        # Another client behind the same proxy is not locked.
+        assert sign_in(Client(), HTTP_X_FORWARDED_FOR="203.0.113.1, 198.51.100.8").status_code == 302
+    call_command("axes_reset", stdout=io.StringIO())
+
+    # Two trusted hops (a proxy in front of the proxy): the walk goes past both.
+    proxies = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("10.0.0.0/8"))
+    with override_settings(AGENVOY_TRUSTED_PROXIES=proxies):
+        for forged in ("203.0.113.1", "203.0.113.2"):
+            sign_in(Client(), password="wrong", HTTP_X_FORWARDED_FOR=f"{forged}, 198.51.100.7, 10.0.0.5")
+        assert sign_in(Client(), HTTP_X_FORWARDED_FOR="198.51.100.7, 10.0.0.6").status_code == 429
+        assert sign_in(Client(), HTTP_X_FORWARDED_FOR="10.0.0.6").status_code == 302  # all trusted
+
+
+REAUTHENTICATE = "/accounts/reauthenticate/"
+
+
+def reauthenticate(c: Client, password: str = PASSWORD) -> None:
+    """allauth's "confirm it's you": the password again (good for the next 5 minutes)."""
+    r = c.post(REAUTHENTICATE, {"password": password})
+    assert r.status_code == 302, r.content.decode()[:2000]
 
 
 def _add_authenticator_app(c: Client) -> tuple[str, list[str]]:
     """On the Account page's link: the QR code and the secret as text; a code computed from
     that secret activates it. The secret, and the recovery codes made with it."""
+    reauthenticate(c)
     page = c.get("/accounts/2fa/totp/activate/")
     assert page.status_code == 200
     html = page.content.decode()
@@ -131,6 +159,33 @@ def test_an_authenticator_app_is_added_from_its_secret_and_then_asked_for(client
     r = fresh.post("/accounts/2fa/authenticate/", {"code": totp(secret)})
     assert r.status_code == 302
     assert fresh.get("/history/").status_code == 200
+
+
+def test_second_factors_ask_for_the_password_again_before_they_are_shown_or_changed(client, person):
+    """A session left open (or taken) does not show the recovery codes nor add or remove a
+    factor: allauth's reauthentication asks for the password (or a factor) first."""
+    from allauth.mfa.models import Authenticator
+
+    sign_in(client)
+    r = client.get("/accounts/2fa/totp/activate/")
+    assert r.status_code == 302 and r["Location"].startswith(REAUTHENTICATE)
+    assert client.post("/accounts/2fa/totp/activate/", {"code": "123456"}).status_code == 302
+    secret, codes = _add_authenticator_app(client)  # after the password again
+
+    taken = Client()
+    sign_in(taken)
+    assert taken.post("/accounts/2fa/authenticate/", {"code": totp(secret)}).status_code == 302
+    for path in ("/accounts/2fa/recovery-codes/", "/accounts/2fa/recovery-codes/generate/"):
+        r = taken.get(path)
+        assert r.status_code == 302 and "reauthenticate" in r["Location"], path
+    r = taken.post("/accounts/2fa/recovery-codes/generate/")
+    assert r.status_code == 302 and "reauthenticate" in r["Location"]
+    r = taken.post("/accounts/2fa/totp/deactivate/")
+    assert r.status_code == 302 and "reauthenticate" in r["Location"]
+    assert taken.get("/accounts/2fa/webauthn/add/")["Location"].startswith("/accounts/")
+    assert "reauthenticate" in taken.get("/accounts/2fa/webauthn/add/")["Location"]
+    assert Authenticator.objects.filter(user=person, type="totp").exists()
+    assert not any(code in taken.get("/account/").content.decode() for code in codes)
 
 
 def test_a_recovery_code_works_once_and_not_twice(client, person):
@@ -249,6 +304,7 @@ def test_every_page_the_account_page_leads_to_opens(client, person):
         "/accounts/2fa/webauthn/add/",
         "/accounts/password/change/",
         "/accounts/sessions/",
+        "/accounts/reauthenticate/",
     ):
         r = client.get(path)
         assert r.status_code == 200, path
