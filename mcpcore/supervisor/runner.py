@@ -21,7 +21,7 @@ import math
 import anyio
 from django.conf import settings
 
-from .. import calls, control, db, gate, oauth, questions, results
+from .. import calls, control, db, elicitation, gate, oauth, questions, results
 from ..choices import CallKind, CallStatus, Via
 from ..models import ToolCall
 from .session import (
@@ -276,8 +276,14 @@ class Asking:
 
     async def elicit(self, params):
         """Ask the person one question (`mcp_types.ElicitRequestParams`) and give back what
-        goes to the server (`ElicitResult`)."""
-        from mcp_types import ElicitResult
+        goes to the server (`ElicitResult`). A URL question whose address shows another host
+        than the one a browser opens is refused at once (`ErrorData`, -32602), asked of no
+        one."""
+        from mcp_types import INVALID_PARAMS, ElicitResult, ErrorData
+
+        if getattr(params, "mode", "form") == "url" and (why := elicitation.url_refusal(params.url)):
+            log.warning("server %s: URL question refused: %s", self.call.server_name, why)
+            return ErrorData(code=INVALID_PARAMS, message=f"URL question refused: {why}")
 
         async with self._turn:
             started = anyio.current_time()

@@ -181,6 +181,21 @@ async def test_it_asks_the_inbox_for_a_v1_call_and_answers_the_server(c, server)
     assert json.loads(done["result"])["answers"] == [{"action": "accept", "content": {"name": "Api"}}]
 
 
+@pytest.mark.parametrize("server", SERVERS)
+def test_it_refuses_a_url_question_whose_host_a_browser_reads_otherwise_and_asks_no_one(c, server):
+    tool = f"mcp__{server}__ask_url"
+    r = c.call(tool, {"url": "https://evil.example\\@paypal.com/login"}, mode="auto", wait=0)
+    assert r.status_code == 202, r.text
+    call_id = r.json()["call_id"]
+    done = wait_until(
+        lambda: (row := c.get(f"/v1/mcp/calls/{call_id}").json())["status"] in ("done", "error") and row,
+        30,
+        what="the call ended",
+    )
+    assert "URL question refused: the URL has a backslash" in json.dumps(done)
+    assert questions_of(c, tool) == []
+
+
 @pytest.mark.asyncio
 async def test_it_refuses_a_tampered_expired_or_foreign_request_state_and_sends_nothing_upstream(c):
     person = Person()
