@@ -714,10 +714,15 @@ class Question(models.Model):
     of kind `question` in the inbox (status `pending`) until a person answers, declines or
     cancels it, it expires (the server gets `cancel`), or the call ends. Its id is the
     pending item's id (`GET /v1/pending`, `POST /v1/pending/<id>/answer`, `/pending/<id>/`).
-    Kept with its call for the history."""
+    Kept with its call for the history.
+
+    `guessed`: the server could not say which call asked (a 2025 server with calls of several
+    tokens or client sessions in flight); `call` is then the likeliest, and the question went
+    to the inbox for people alone: never relayed, never shown to an agent."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     call = models.ForeignKey("ToolCall", on_delete=models.CASCADE, related_name="questions")
+    guessed = models.BooleanField(default=False)
     server_name = models.CharField(max_length=64)
     mode = models.CharField(max_length=4, choices=QuestionMode.choices, default=QuestionMode.FORM)
     message = models.TextField(blank=True, default="")

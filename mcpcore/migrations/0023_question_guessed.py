@@ -1,0 +1,15 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("mcpcore", "0020_oauth_server"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="question",
+            name="guessed",
+            field=models.BooleanField(default=False),
+        ),
+    ]
