@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from django.db import models
 from django.utils import timezone
+from mcp.shared.uri_template import UriTemplate
 
 from . import names, toolviews
 from .choices import (
@@ -279,8 +280,8 @@ class Resource(models.Model):
     annotations = models.JSONField(default=dict, blank=True)
     meta = models.JSONField(default=dict, blank=True)
     position = models.PositiveIntegerField(default=0)
-    # Not a column: the other servers listing the same URI, for the server page
-    # (display.server_resources).
+    # Not a column: the other servers claiming the same URI, for the server page
+    # (display.uri_claims).
     also: list[str]
 
     class Meta:
@@ -288,6 +289,32 @@ class Resource(models.Model):
 
     def __str__(self) -> str:
         return self.uri
+
+
+def parse_template(text: str) -> UriTemplate | None:
+    """A resource template as the SDK matches URIs against it (RFC 6570), None when it does
+    not parse (it is listed as the server gave it; no read is routed by it)."""
+    try:
+        return UriTemplate.parse(text)
+    except Exception:
+        return None
+
+
+def template_matches(parsed: UriTemplate, uri: str) -> bool:
+    try:
+        return parsed.match(uri) is not None
+    except Exception:
+        return False
+
+
+def app_uri(meta: Any) -> str | None:
+    """The `ui://` resource a tool names as its app (`_meta.ui.resourceUri`, or the older flat
+    key `ui/resourceUri`)."""
+    ui = meta.get("ui") if isinstance(meta, dict) else None
+    uri = ui.get("resourceUri") if isinstance(ui, dict) else None
+    if not isinstance(uri, str) and isinstance(meta, dict):
+        uri = meta.get("ui/resourceUri")
+    return uri if isinstance(uri, str) and uri else None
 
 
 class ResourceTemplate(models.Model):
@@ -302,6 +329,8 @@ class ResourceTemplate(models.Model):
     annotations = models.JSONField(default=dict, blank=True)
     meta = models.JSONField(default=dict, blank=True)
     position = models.PositiveIntegerField(default=0)
+    # Not a column: the other servers claiming a URI it matches (display.uri_claims).
+    also: list[str]
 
     class Meta:
         ordering = ["server__name", "position"]

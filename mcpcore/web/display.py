@@ -27,9 +27,14 @@ from ..models import (
     PermissionGrant,
     Question,
     Resource,
+    ResourceTemplate,
     Server,
+    Tool,
     ToolCall,
     View,
+    app_uri,
+    parse_template,
+    template_matches,
     transport_of,
 )
 from . import live
@@ -113,17 +118,52 @@ _TOOL_SHOWN = (
 )  # fmt: skip
 
 
-def server_resources(server: Server) -> list[Resource]:
-    """The server's resources, each with `also`: the other servers that list the same URI
-    (SPEC 20.2: `/mcp` then lists it for neither; the page warns)."""
-    rows = list(server.resources.all())
-    others: dict[str, list[str]] = {}
-    shared = Resource.objects.filter(uri__in=[r.uri for r in rows]).exclude(server=server)
-    for uri, name in shared.order_by("server__name").values_list("uri", "server__name"):
-        others.setdefault(uri, []).append(name)
-    for row in rows:
-        row.also = others.get(row.uri, [])
-    return rows
+def _apps_of(tools) -> dict[str, set[str]]:
+    """URI -> the servers whose tools (rows of `Tool`) name it as their app."""
+    apps: dict[str, set[str]] = {}
+    for name, meta in tools.exclude(meta={}).values_list("server__name", "meta"):
+        uri = app_uri(meta)
+        if uri is not None:
+            apps.setdefault(uri, set()).add(name)
+    return apps
+
+
+def uri_claims(server: Server) -> dict:
+    """The server's resources and templates, each with `also`, and the apps its tools name that
+    other servers claim too (`apps`: `{"uri", "also"}`): the other servers that list the URI,
+    have a template matching it, or name it as their app (SPEC 20.2: `/mcp` then lists and
+    reads it for none of them; the page warns)."""
+    listed: dict[str, set[str]] = {}
+    for uri, name in Resource.objects.exclude(server=server).values_list("uri", "server__name"):
+        listed.setdefault(uri, set()).add(name)
+    patterns = [
+        (name, parsed)
+        for name, text in ResourceTemplate.objects.exclude(server=server).values_list(
+            "server__name", "uri_template"
+        )
+        if (parsed := parse_template(text)) is not None
+    ]
+    apps = _apps_of(Tool.objects.exclude(server=server))
+
+    def others(uri: str) -> list[str]:
+        found = listed.get(uri, set()) | apps.get(uri, set())
+        return sorted(found | {name for name, parsed in patterns if template_matches(parsed, uri)})
+
+    resources = list(server.resources.all())
+    for row in resources:
+        row.also = others(row.uri)
+    templates = list(server.resource_templates.all())
+    for template in templates:
+        parsed = parse_template(template.uri_template)
+        claimed: set[str] = set()
+        for uri in listed.keys() | apps.keys() if parsed is not None else ():
+            if template_matches(parsed, uri):
+                claimed |= listed.get(uri, set()) | apps.get(uri, set())
+        template.also = sorted(claimed)
+    own = {r.uri for r in resources}
+    named = [uri for uri in _apps_of(server.tools.all()) if uri not in own]
+    shared_apps = [{"uri": uri, "also": also} for uri in sorted(named) if (also := others(uri))]
+    return {"resources": resources, "resource_templates": templates, "shared_apps": shared_apps}
 
 
 def trust_context(server: Server) -> dict:
