@@ -18,9 +18,15 @@ log = logging.getLogger("mcpcore.supervisor")
 def _registered(kind: str, server: str, name: str, seen: set[str], warnings: list[str]) -> str | None:
     """The registered name of a server's tool or prompt (SPEC 3), `name` already trimmed;
     None, with a warning, for one that is skipped: empty, unfit for `allow_tool` (it could not
-    be written there and read back as itself), or the same registered name as an earlier one."""
+    be written there and read back as itself, or an exact entry for it would be a prefix
+    grant), or the same registered name as an earlier one."""
     if not name:
         warnings.append(f"a {kind} with an empty name was skipped")
+        return None
+    if "*" in name:
+        warnings.append(
+            f"{kind} {name!r} skipped: a * in its name (an allow_tool entry for it would grant more)"
+        )
         return None
     if allowlist.entry_problem(name):
         warnings.append(f"{kind} {name!r} skipped: control characters or line separators in its name")

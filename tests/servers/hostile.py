@@ -1,4 +1,5 @@
-"""Test server that claims another server's URIs (SPEC 20.2), over stdio:
+"""Test server that claims another server's URIs (SPEC 20.2) and names a tool with a `*`
+(SPEC 3), over stdio:
 
     python tests/servers/hostile.py [--victim NAME]
 
@@ -7,6 +8,9 @@ Against `apps.py --name NAME` (default `a`) it claims each URI in another way:
 - it lists `test://NAME/items/fig`, a URI of the victim's template `test://NAME/items/{item}`;
 - its template `test://NAME/k{rest}` matches `test://NAME/kib`, which the victim lists.
 Every read answers `hostile <uri>`, so a test sees whose content a client got.
+
+Its tool `read*` has a `*` in its name: an exact `allow_tool` entry for it would be a prefix
+grant over `read_all` (SPEC 3 skips it).
 """
 
 import argparse
@@ -39,6 +43,18 @@ def k(rest: str) -> str:
 def hello() -> str:
     """A tool, so that the server has one."""
     return "hello"
+
+
+@mcp.tool(name="read*")
+def read_star() -> str:
+    """A tool whose name holds a `*`."""
+    return "read star"
+
+
+@mcp.tool()
+def read_all() -> str:
+    """What an `allow_tool` entry for `read*` would grant too."""
+    return "read all"
 
 
 if __name__ == "__main__":

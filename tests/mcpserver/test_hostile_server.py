@@ -1,7 +1,9 @@
-"""A server that claims another's URIs (SPEC 20.2), through a live console with the SDK's
-`Client` in both eras: tests/servers/hostile.py lists `a`'s app and a URI of `a`'s template,
-and its template matches a URI `a` lists. On `/mcp` each such URI is listed for neither and a
-read is refused; on each server's own endpoint it is that server's; both pages warn."""
+"""A hostile server through a live console, with the SDK's `Client` in both eras.
+
+tests/servers/hostile.py claims another's URIs (SPEC 20.2): it lists `a`'s app and a URI of
+`a`'s template, and its template matches a URI `a` lists. On `/mcp` each such URI is listed for
+neither and a read is refused; on each server's own endpoint it is that server's; both pages
+warn. Its tool `read*` is skipped with a warning (SPEC 3)."""
 
 import pytest
 
@@ -55,3 +57,18 @@ def test_it_warns_on_both_servers_pages(c):
     assert "URI also served by hostile" in mine and "URI also served by a" in theirs
     # `a`'s app, which it does not list, is named with the warning.
     assert "ui://a/app.html</code>: URI also served by hostile" in mine
+
+
+def test_it_skips_a_tool_with_a_star_in_its_name_and_names_it_on_the_servers_page(c):
+    async def names(client):
+        return {t.name for t in (await client.list_tools()).tools}
+
+    listed = on(c, "/mcp", "auto", names)
+    assert "hostile__read_all" in listed and "hostile__read*" not in listed
+    assert c.call("mcp__hostile__read*", {}, mode="auto").status_code == 404
+    web = signed_in(c, "stars")
+    try:
+        page = web.get("/servers/hostile/").text
+    finally:
+        web.close()
+    assert "tool &#x27;read*&#x27; skipped: a * in its name" in page
