@@ -156,8 +156,8 @@ def uri_claims(server: Server) -> dict:
     for template in templates:
         parsed = parse_template(template.uri_template)
         claimed: set[str] = set()
-        for uri in listed.keys() | apps.keys() if parsed is not None else ():
-            if template_matches(parsed, uri):
+        for uri in listed.keys() | apps.keys():
+            if parsed is not None and template_matches(parsed, uri):
                 claimed |= listed.get(uri, set()) | apps.get(uri, set())
         template.also = sorted(claimed)
     own = {r.uri for r in resources}
