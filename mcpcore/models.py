@@ -12,7 +12,6 @@ from urllib.parse import urlsplit
 
 from django.db import models
 from django.utils import timezone
-from mcp.shared.uri_template import UriTemplate
 
 from . import names, toolviews
 from .choices import (
@@ -75,6 +74,9 @@ class Server(models.Model):
     resource_signature = models.CharField(max_length=64, blank=True, default="")
     last_refresh = models.DateTimeField(null=True, blank=True)
     warnings = models.JSONField(default=list, blank=True)
+    # The URIs (`uris`) and templates (`templates`) of this server that other servers claim
+    # too, each with those servers' names (SPEC 20.2; `supervisor.registry.record_claims`).
+    uri_claims = models.JSONField(default=dict, blank=True)
     # Scale-out lease: exactly one live worker owns a server's session.
     owner = models.CharField(max_length=64, blank=True, default="")
     lease_expires = models.DateTimeField(null=True, blank=True)
@@ -281,7 +283,7 @@ class Resource(models.Model):
     meta = models.JSONField(default=dict, blank=True)
     position = models.PositiveIntegerField(default=0)
     # Not a column: the other servers claiming the same URI, for the server page
-    # (display.uri_claims).
+    # (display.uri_claims, from Server.uri_claims).
     also: list[str]
 
     class Meta:
@@ -289,22 +291,6 @@ class Resource(models.Model):
 
     def __str__(self) -> str:
         return self.uri
-
-
-def parse_template(text: str) -> UriTemplate | None:
-    """A resource template as the SDK matches URIs against it (RFC 6570), None when it does
-    not parse (it is listed as the server gave it; no read is routed by it)."""
-    try:
-        return UriTemplate.parse(text)
-    except Exception:
-        return None
-
-
-def template_matches(parsed: UriTemplate, uri: str) -> bool:
-    try:
-        return parsed.match(uri) is not None
-    except Exception:
-        return False
 
 
 def app_uri(meta: Any) -> str | None:

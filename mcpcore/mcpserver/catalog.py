@@ -23,17 +23,7 @@ from .. import names, toolviewstore
 from ..choices import ServerState
 from ..db import cache
 from ..instructions import instructions_block
-from ..models import (
-    ApiToken,
-    Prompt,
-    Resource,
-    ResourceTemplate,
-    Server,
-    Tool,
-    app_uri,
-    parse_template,
-    template_matches,
-)
+from ..models import ApiToken, Prompt, Resource, ResourceTemplate, Server, Tool, app_uri
 from ..schemas import PromptArguments, json_schema
 
 ALL = ""
@@ -323,9 +313,11 @@ def build(endpoint: str, token: ApiToken | None) -> Offer:
     for template in ResourceTemplate.objects.filter(server__name__in=servers).select_related("server"):
         server = template.server.name
         made.templates.append({"uriTemplate": template.uri_template, **_common(template, endpoint, server)})
-        parsed = parse_template(template.uri_template)
-        if parsed is not None:
-            made.patterns.append((server, template.uri_template, parsed))
+        try:
+            parsed = UriTemplate.parse(template.uri_template)
+        except Exception:
+            continue  # listed as the server gave it; no read can be routed by it
+        made.patterns.append((server, template.uri_template, parsed))
     rows = list(Resource.objects.filter(server__name__in=servers).select_related("server"))
     for resource in rows:
         owners = made.listed.setdefault(resource.uri, [])
@@ -357,8 +349,15 @@ def claimants(made: Offer, uri: str) -> tuple[str, ...]:
     template that matches it, those with a tool whose app it is. No way of claiming outranks
     another: a server listing another's app or a URI of its template would take its reads."""
     found = set(made.listed.get(uri, ())) | set(made.apps.get(uri, ()))
-    found |= {server for server, _text, parsed in made.patterns if template_matches(parsed, uri)}
+    found |= {server for server, _text, parsed in made.patterns if _matches(parsed, uri)}
     return tuple(sorted(found))
+
+
+def _matches(parsed: UriTemplate, uri: str) -> bool:
+    try:
+        return parsed.match(uri) is not None
+    except Exception:
+        return False
 
 
 def route(made: Offer, uri: str) -> Route:

@@ -732,6 +732,7 @@ class ServerSession:
                 changed.append(f"{len(resource_rows)} resources, {len(template_rows)} templates")
         await db.run(registry.set_warnings, self.name, warnings)
         if changed:
+            await db.run(registry.record_claims)
             log.info("server %s: registered %s", self.name, ", ".join(changed))
             await control.asend_group(control.STATUS, {"type": "status.changed", "server": self.name})
 

@@ -26,15 +26,9 @@ from ..models import (
     NotificationTarget,
     PermissionGrant,
     Question,
-    Resource,
-    ResourceTemplate,
     Server,
-    Tool,
     ToolCall,
     View,
-    app_uri,
-    parse_template,
-    template_matches,
     transport_of,
 )
 from . import live
@@ -118,52 +112,30 @@ _TOOL_SHOWN = (
 )  # fmt: skip
 
 
-def _apps_of(tools) -> dict[str, set[str]]:
-    """URI -> the servers whose tools (rows of `Tool`) name it as their app."""
-    apps: dict[str, set[str]] = {}
-    for name, meta in tools.exclude(meta={}).values_list("server__name", "meta"):
-        uri = app_uri(meta)
-        if uri is not None:
-            apps.setdefault(uri, set()).add(name)
-    return apps
-
-
 def uri_claims(server: Server) -> dict:
-    """The server's resources and templates, each with `also`, and the apps its tools name that
-    other servers claim too (`apps`: `{"uri", "also"}`): the other servers that list the URI,
-    have a template matching it, or name it as their app (SPEC 20.2: `/mcp` then lists and
-    reads it for none of them; the page warns)."""
-    listed: dict[str, set[str]] = {}
-    for uri, name in Resource.objects.exclude(server=server).values_list("uri", "server__name"):
-        listed.setdefault(uri, set()).add(name)
-    patterns = [
-        (name, parsed)
-        for name, text in ResourceTemplate.objects.exclude(server=server).values_list(
-            "server__name", "uri_template"
-        )
-        if (parsed := parse_template(text)) is not None
-    ]
-    apps = _apps_of(Tool.objects.exclude(server=server))
+    """The server's resources and templates, each with `also`, and the apps its tools name
+    that it does not list (`shared_apps`: `{"uri", "also"}`), where other servers claim the
+    same URI (SPEC 20.2: `/mcp` then lists and reads it for none of them; the page warns). The
+    supervisor records the claims (`Server.uri_claims`); a server removed since is left out."""
+    names = set(Server.objects.values_list("name", flat=True))
 
-    def others(uri: str) -> list[str]:
-        found = listed.get(uri, set()) | apps.get(uri, set())
-        return sorted(found | {name for name, parsed in patterns if template_matches(parsed, uri)})
+    def still(others: list[str]) -> list[str]:
+        return [name for name in others if name in names]
 
+    uris, templates = server.uri_claims.get("uris", {}), server.uri_claims.get("templates", {})
     resources = list(server.resources.all())
     for row in resources:
-        row.also = others(row.uri)
-    templates = list(server.resource_templates.all())
-    for template in templates:
-        parsed = parse_template(template.uri_template)
-        claimed: set[str] = set()
-        for uri in listed.keys() | apps.keys():
-            if parsed is not None and template_matches(parsed, uri):
-                claimed |= listed.get(uri, set()) | apps.get(uri, set())
-        template.also = sorted(claimed)
-    own = {r.uri for r in resources}
-    named = [uri for uri in _apps_of(server.tools.all()) if uri not in own]
-    shared_apps = [{"uri": uri, "also": also} for uri in sorted(named) if (also := others(uri))]
-    return {"resources": resources, "resource_templates": templates, "shared_apps": shared_apps}
+        row.also = still(uris.get(row.uri, []))
+    resource_templates = list(server.resource_templates.all())
+    for template in resource_templates:
+        template.also = still(templates.get(template.uri_template, []))
+    own = {row.uri for row in resources}
+    shared_apps = [
+        {"uri": uri, "also": still(others)}
+        for uri, others in uris.items()
+        if uri not in own and still(others)
+    ]
+    return {"resources": resources, "resource_templates": resource_templates, "shared_apps": shared_apps}
 
 
 def trust_context(server: Server) -> dict:

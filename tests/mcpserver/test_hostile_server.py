@@ -5,6 +5,8 @@ tests/servers/hostile.py claims another's URIs (SPEC 20.2): it lists `a`'s app a
 neither and a read is refused; on each server's own endpoint it is that server's; both pages
 warn. Its tool `read*` is skipped with a warning (SPEC 3)."""
 
+import re
+
 import pytest
 
 from tests.live import our_server, signed_in, wait_until
@@ -51,12 +53,21 @@ def test_it_reads_each_servers_own_claim_on_its_own_endpoint(c, mode):
 def test_it_warns_on_both_servers_pages(c):
     web = signed_in(c, "claims")
     try:
-        mine, theirs = web.get("/servers/a/").text, web.get("/servers/hostile/").text
+        # The supervisor records the claims once it registered the second server's lists.
+        def warned() -> str | None:
+            page = web.get("/servers/a/").text
+            return page if "URI also served by hostile" in page else None
+
+        mine = wait_until(warned, 30, what="the warning on a's page")
+        theirs = web.get("/servers/hostile/").text
     finally:
         web.close()
-    assert "URI also served by hostile" in mine and "URI also served by a" in theirs
-    # `a`'s app, which it does not list, is named with the warning.
+    assert "URI also served by a" in theirs
+    # `a`'s app, which it does not list, is named with the warning; so is the template the
+    # hostile server's listed URI matches.
     assert "ui://a/app.html</code>: URI also served by hostile" in mine
+    assert re.search(r"test://a/items/\{item\}</code><span[^>]*>URI also served by hostile", mine)
+    assert re.search(r"test://a/k\{rest\}</code><span[^>]*>URI also served by a", theirs)
 
 
 def test_it_skips_a_tool_with_a_star_in_its_name_and_names_it_on_the_servers_page(c):

@@ -83,6 +83,7 @@ def test_it_warns_of_a_uri_another_server_lists_too(signed_in, every):
     listed("every")
     other = Server.objects.get(name="other")
     ResourceRow.objects.create(server=other, uri="file:///docs/readme.md", name="readme")
+    registry.record_claims()  # what the supervisor does once it registered a change
     html = signed_in.get("/servers/every/").content.decode()
     section = re.search(r'<section class="tools-section" id="resources">.*?</section>', html, re.S).group(0)
     rows = {

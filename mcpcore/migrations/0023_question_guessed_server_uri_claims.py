@@ -12,4 +12,9 @@ class Migration(migrations.Migration):
             name="guessed",
             field=models.BooleanField(default=False),
         ),
+        migrations.AddField(
+            model_name="server",
+            name="uri_claims",
+            field=models.JSONField(blank=True, default=dict),
+        ),
     ]
