@@ -14,6 +14,10 @@ are checked in the schema's order, then fields the schema does not ask for. `fro
 submitted HTML form into content of the right types (the page's answers go through `check`
 like an API's).
 
+`url_refusal(url)` says why a URL question's address is refused where the server asks it:
+an address whose host a person could misread (user info, a backslash, a control character,
+whitespace, a percent-encoded host) is never shown or opened.
+
 Pure: no Django, no `mcp`.
 """
 
@@ -49,6 +53,16 @@ MANY_CHOICES = "must have at most {}"
 REPEATED = "must not repeat a choice"
 NOT_OBJECT = "must be an object"
 NOT_ACTION = "must be accept, decline or cancel"
+
+# Why a URL question is refused (`url_refusal`): browsers parse URLs as the WHATWG standard
+# does, Python's `urlsplit` does not, and these are where the two disagree on the host (a
+# backslash is a slash to a browser, so `https://evil.example\@paypal.com` opens evil.example
+# while `urlsplit` names paypal.com; tabs and newlines are dropped; the host is percent-decoded).
+URL_USERINFO = "the URL has user info (user@host)"
+URL_BACKSLASH = "the URL has a backslash"
+URL_CONTROL = "the URL has a control character"
+URL_SPACE = "the URL has whitespace"
+URL_ENCODED_HOST = "the URL's host is percent-encoded"
 
 TEXT, NUMBER, INTEGER, BOOLEAN, CHOICE, CHOICES = "text", "number", "integer", "boolean", "choice", "choices"
 FORMATS = ("email", "uri", "date", "date-time")
@@ -193,6 +207,23 @@ def fields(schema: Any) -> list[Field]:
         _field(str(name), spec if isinstance(spec, Mapping) else {}, name in required)
         for name, spec in schema["properties"].items()
     ]
+
+
+def url_refusal(url: str) -> str:
+    """Why the address of a URL question is refused, "" when it is not: one whose host the
+    console would show differently from the host a browser opens."""
+    if "\\" in url:
+        return URL_BACKSLASH
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in url):
+        return URL_CONTROL
+    if any(c.isspace() for c in url):
+        return URL_SPACE
+    netloc = urlsplit(url).netloc
+    if "@" in netloc:
+        return URL_USERINFO
+    if "%" in netloc:
+        return URL_ENCODED_HOST
+    return ""
 
 
 def _show(number: float) -> str:

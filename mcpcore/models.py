@@ -74,6 +74,9 @@ class Server(models.Model):
     resource_signature = models.CharField(max_length=64, blank=True, default="")
     last_refresh = models.DateTimeField(null=True, blank=True)
     warnings = models.JSONField(default=list, blank=True)
+    # The URIs (`uris`) and templates (`templates`) of this server that other servers claim
+    # too, each with those servers' names (SPEC 20.2; `supervisor.registry.record_claims`).
+    uri_claims = models.JSONField(default=dict, blank=True)
     # Scale-out lease: exactly one live worker owns a server's session.
     owner = models.CharField(max_length=64, blank=True, default="")
     lease_expires = models.DateTimeField(null=True, blank=True)
@@ -288,8 +291,8 @@ class Resource(models.Model):
     annotations = models.JSONField(default=dict, blank=True)
     meta = models.JSONField(default=dict, blank=True)
     position = models.PositiveIntegerField(default=0)
-    # Not a column: the other servers listing the same URI, for the server page
-    # (display.server_resources).
+    # Not a column: the other servers claiming the same URI, for the server page
+    # (display.uri_claims, from Server.uri_claims).
     also: list[str]
 
     class Meta:
@@ -297,6 +300,16 @@ class Resource(models.Model):
 
     def __str__(self) -> str:
         return self.uri
+
+
+def app_uri(meta: Any) -> str | None:
+    """The `ui://` resource a tool names as its app (`_meta.ui.resourceUri`, or the older flat
+    key `ui/resourceUri`)."""
+    ui = meta.get("ui") if isinstance(meta, dict) else None
+    uri = ui.get("resourceUri") if isinstance(ui, dict) else None
+    if not isinstance(uri, str) and isinstance(meta, dict):
+        uri = meta.get("ui/resourceUri")
+    return uri if isinstance(uri, str) and uri else None
 
 
 class ResourceTemplate(models.Model):
@@ -311,6 +324,8 @@ class ResourceTemplate(models.Model):
     annotations = models.JSONField(default=dict, blank=True)
     meta = models.JSONField(default=dict, blank=True)
     position = models.PositiveIntegerField(default=0)
+    # Not a column: the other servers claiming a URI it matches (display.uri_claims).
+    also: list[str]
 
     class Meta:
         ordering = ["server__name", "position"]
@@ -726,10 +741,15 @@ class Question(models.Model):
     of kind `question` in the inbox (status `pending`) until a person answers, declines or
     cancels it, it expires (the server gets `cancel`), or the call ends. Its id is the
     pending item's id (`GET /v1/pending`, `POST /v1/pending/<id>/answer`, `/pending/<id>/`).
-    Kept with its call for the history."""
+    Kept with its call for the history.
+
+    `guessed`: the server could not say which call asked (a 2025 server with calls of several
+    tokens or client sessions in flight); `call` is then the likeliest, and the question went
+    to the inbox for people alone: never relayed, never shown to an agent."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     call = models.ForeignKey("ToolCall", on_delete=models.CASCADE, related_name="questions")
+    guessed = models.BooleanField(default=False)
     server_name = models.CharField(max_length=64)
     mode = models.CharField(max_length=4, choices=QuestionMode.choices, default=QuestionMode.FORM)
     message = models.TextField(blank=True, default="")

@@ -64,15 +64,18 @@ def ask(
     schema: dict | None = None,
     url: str = "",
     elicitation_id: str = "",
+    sure: bool = True,
 ) -> Question:
     """Record a question a server asked during a running call: `asked` when the call came in
-    on `/mcp` from a client that declared `mode` (the door relays it), else `pending` in the
-    inbox for AGENVOY_CONFIRM_TIMEOUT seconds. The call's group gets `call.question`."""
+    on `/mcp` from a client that declared `mode` (the door relays it) and the call surely asked
+    it (`sure`; else it is `guessed`), else `pending` in the inbox for AGENVOY_CONFIRM_TIMEOUT seconds. The
+    call's group gets `call.question`."""
     call = ToolCall.objects.only("id", "via", "client_asks").get(id=call_id)
-    relay = call.via == Via.MCP and mode in call.client_asks.split(",")
+    relay = sure and call.via == Via.MCP and mode in call.client_asks.split(",")
     now = timezone.now()
     question = Question.objects.create(
         call_id=call.id,
+        guessed=not sure,
         server_name=server,
         mode=mode,
         message=message,
@@ -208,13 +211,18 @@ def pending_for(token_id=None) -> list[Question]:
     that token's calls (an agent's view, SPEC 12.1)."""
     rows = Question.objects.select_related("call").filter(status=QuestionStatus.PENDING)
     if token_id is not None:
-        rows = rows.filter(call__token_id=token_id)
+        # A question filed under a call by guess may be another token's (`Question.guessed`).
+        rows = rows.filter(call__token_id=token_id, guessed=False)
     return list(rows.order_by("created_at"))
 
 
-def of_call(call_id) -> list[Question]:
-    """A call's questions, in the order they were asked."""
-    return list(Question.objects.filter(call_id=call_id).order_by("created_at"))
+def of_call(call_id, agent: bool = False) -> list[Question]:
+    """A call's questions, in the order they were asked; for an `agent`, not those filed
+    under it by guess (`Question.guessed`)."""
+    rows = Question.objects.filter(call_id=call_id)
+    if agent:
+        rows = rows.filter(guessed=False)
+    return list(rows.order_by("created_at"))
 
 
 def of_calls(call_ids: list) -> dict:

@@ -16,6 +16,10 @@ for a resource read (`prompt_subject`, `resource_subject`), a tool's registered 
 permission prompt's tool name for the rest. Each form is indexed apart: a plain rule (even
 `deny *`) never decides a prompt or a resource, and a form's rule never a tool.
 
+A resource rule sees a read's URI in normal form (`normal_uri`: RFC 3986 6.2.2, and for
+`file:` no `localhost` authority and no repeated `/`); the MCP door refuses any other spelling
+before a rule is asked, so `file:///home/u/%2essh/id_rsa` cannot slip past `.ssh` in a glob.
+
 Checks are on every call's path, so a `RuleSet` indexes its rules by exact name and by prefix
 (grouped by length: one dict lookup per distinct prefix length), keeps each name's candidates
 once found, and compiles every glob once.
@@ -54,6 +58,84 @@ def prompt_subject(registered_name: str) -> str:
 def resource_subject(server: str) -> str:
     """The name a resource read is checked under (with arguments `{"uri": <uri>}`)."""
     return f"{RESOURCE}:{server}"
+
+
+# RFC 3986 appendix B: scheme, authority, path, query, fragment of any URI reference.
+_URI = re.compile(r"^(?:([^:/?#]+):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?(?:#(.*))?$", re.S)
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _percent(part: str) -> str:
+    """Percent-encodings of unreserved characters decoded, the others' hex digits upper-case."""
+
+    def one(m: re.Match) -> str:
+        char = chr(int(m.group(1), 16))
+        return char if char in _UNRESERVED else "%" + m.group(1).upper()
+
+    return _PERCENT.sub(one, part)
+
+
+def _without_dots(path: str) -> str:
+    """RFC 3986 5.2.4 `remove_dot_segments`."""
+    out: list[str] = []
+    while path:
+        if path.startswith("../"):
+            path = path[3:]
+        elif path.startswith("./"):
+            path = path[2:]
+        elif path.startswith("/./"):
+            path = path[2:]
+        elif path == "/.":
+            path = "/"
+        elif path.startswith("/../"):
+            path = path[3:]
+            if out:
+                out.pop()
+        elif path == "/..":
+            path = "/"
+            if out:
+                out.pop()
+        elif path in (".", ".."):
+            path = ""
+        else:
+            cut = path.find("/", 1)
+            cut = len(path) if cut == -1 else cut
+            out.append(path[:cut])
+            path = path[cut:]
+    return "".join(out)
+
+
+def normal_uri(uri: str) -> str:
+    """`uri` in normal form (SPEC 20.3): RFC 3986 6.2.2's (scheme and host lower-case,
+    percent-encodings of unreserved characters decoded and the rest's hex upper-case, `.` and
+    `..` segments removed where the path is hierarchical), and for `file:` no `localhost`
+    authority, an absolute path always under an (empty) authority, and no repeated `/`."""
+    scheme, authority, path, query, fragment = _URI.match(uri).groups()  # type: ignore[union-attr]
+    scheme = scheme.lower() if scheme is not None else None
+    path = _percent(path)
+    if authority is not None:
+        info, at, hostport = _percent(authority).rpartition("@")
+        authority = info + at + hostport.lower()
+    if scheme == "file":
+        if authority == "localhost":
+            authority = ""
+        if authority is None and path.startswith("/"):
+            authority = ""
+        path = re.sub("/{2,}", "/", path)
+    if authority is not None or path.startswith("/"):
+        path = _without_dots(path)
+        if scheme == "file":
+            path = re.sub("/{2,}", "/", path)
+    out = "" if scheme is None else scheme + ":"
+    if authority is not None:
+        out += "//" + authority
+    out += path
+    if query is not None:
+        out += "?" + _percent(query)
+    if fragment is not None:
+        out += "#" + _percent(fragment)
+    return out
 
 
 def form_of(name: str) -> str:

@@ -215,3 +215,35 @@ def test_it_reads_a_submitted_form_into_typed_content():
 def test_it_builds_no_fields_from_a_schema_without_properties():
     assert elicitation.fields(None) == [] and elicitation.fields({"type": "object"}) == []
     assert elicitation.check({"type": "object"}, {}) == {}
+
+
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("https://evil.example\\@paypal.com/login", elicitation.URL_BACKSLASH),
+        ("https://evil.example@paypal.com/login", elicitation.URL_USERINFO),
+        ("https://paypal.com@evil.example/login", elicitation.URL_USERINFO),
+        ("https://user:pw@paypal.com/", elicitation.URL_USERINFO),
+        ("https://pay\tpal.com/", elicitation.URL_CONTROL),
+        ("https://paypal.com/\nx", elicitation.URL_CONTROL),
+        ("https://pay\x85pal.com/", elicitation.URL_CONTROL),
+        ("https://paypal.com /x", elicitation.URL_SPACE),
+        ("https://paypal.com\u3000/x", elicitation.URL_SPACE),
+        ("https://%65vil.example/", elicitation.URL_ENCODED_HOST),
+    ],
+)
+def test_it_refuses_a_url_whose_host_a_browser_reads_otherwise(url, why):
+    assert elicitation.url_refusal(url) == why
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://login.example.com/device?code=1&next=%2Fhome",
+        "https://login.example.com:8443/a@b",
+        "https://login.example.com/?q=a@b#x@y",
+        "javascript:alert(1)",
+    ],
+)
+def test_it_lets_a_plain_url_through(url):
+    assert elicitation.url_refusal(url) == ""

@@ -426,3 +426,99 @@ def test_it_takes_and_serves_prompt_and_resource_rules_over_the_api(api, agenvoy
     assert bad.json()["error"].startswith(
         "invalid rule on line 1: a resource rule takes exactly one argument"
     )
+
+
+# --- normal form of a read's URI (SPEC 20.3) -----------------------------------------------------
+
+DENY_SSH = "deny resource:fs(uri:file:///home/*/.ssh/*)"
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        "file:///home/u/%2essh/id_rsa",
+        "file:///home/u/%2Essh/id_%72sa",
+        "file:////home/u/.ssh/id_rsa",
+        "file://localhost/home/u/.ssh/id_rsa",
+        "file://LocalHost/home/u/.ssh/id_rsa",
+        "FILE:///home/u/.ssh/id_rsa",
+        "file:///home/u/./.ssh//id_rsa",
+        "file:///home/x/../u/.ssh/id_rsa",
+        "file:/home/u/.ssh/id_rsa",
+    ],
+)
+def test_it_spells_every_way_round_a_file_rule_in_its_normal_form(spelled):
+    normal = rules.normal_uri(spelled)
+    assert normal == "file:///home/u/.ssh/id_rsa"
+    assert RuleSet(parse(DENY_SSH)).check(rules.resource_subject("fs"), {"uri": normal}) is not None
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "file:///home/u/notes.txt",
+        "ui://a/app.html",
+        "test://shared",
+        "https://example.com/a?b=%2F#c",
+        "urn:a:../b",
+    ],
+)
+def test_it_leaves_a_uri_in_normal_form_as_it_is(uri):
+    assert rules.normal_uri(uri) == uri
+
+
+def test_it_lowers_scheme_and_host_and_keeps_user_info_and_the_path_as_they_are():
+    assert rules.normal_uri("HTTP://Me@Ex%41mple.COM/A/%7eB?%7e#%7E") == "http://Me@example.com/A/~B?~#~"
+
+
+_UNRESERVED = "abcxyzABCXYZ0129-._~"
+_segment = st.text(alphabet=_UNRESERVED + "%/:@!$&'()*+,;=", min_size=0, max_size=8)
+_uri = st.builds(
+    lambda scheme, host, segments, query: f"{scheme}://{host}/{'/'.join(segments)}{query}",
+    st.sampled_from(["file", "FILE", "Test", "ui", "https"]),
+    st.sampled_from(["", "localhost", "LocalHost", "Host.Example", "u@h"]),
+    st.lists(st.one_of(_segment, st.sampled_from([".", "..", "%2e", "%2E%2e", ""])), max_size=6),
+    st.sampled_from(["", "?a=%7e", "#frag"]),
+)
+
+
+@settings(max_examples=400)
+@given(_uri)
+def test_it_is_idempotent_and_leaves_nothing_to_normalise(uri):
+    normal = rules.normal_uri(uri)
+    assert rules.normal_uri(normal) == normal
+    path = normal.split("?")[0].split("#")[0]
+    for c in _UNRESERVED:
+        assert f"%{ord(c):02X}" not in normal and f"%{ord(c):02x}" not in normal
+    assert "/./" not in path + "/" and "/../" not in path + "/"
+    if normal.startswith("file:"):
+        assert normal.startswith("file:///") or not normal.startswith("file://localhost")
+        assert "//" not in path[len("file://") :]
+
+
+@settings(max_examples=400)
+@given(
+    st.lists(
+        st.text(alphabet="abcxyz._-~", min_size=1, max_size=6).filter(lambda s: s not in (".", "..")),
+        min_size=1,
+        max_size=5,
+    ),
+    st.data(),
+)
+def test_it_brings_any_spelling_of_a_file_path_back_to_one(segments, data):
+    canonical = "file:///" + "/".join(segments)
+    scheme = data.draw(st.sampled_from(["file", "FILE", "File"]))
+    head = data.draw(st.sampled_from(["///", "//localhost/", "////", "//LOCALHOST//", "/"]))
+    # `file:/` then an empty segment would be `file://<authority>`: another URI.
+    extras = [".", "zz/.."] if head == "/" else [".", "", "zz/.."]
+    spelled_segments = []
+    for segment in segments:
+        # Before a segment (after the last one `.` or `` would add a final `/`).
+        if data.draw(st.booleans()):
+            spelled_segments.append(data.draw(st.sampled_from(extras)))
+        if data.draw(st.booleans()):
+            spelled_segments.append("%" + format(ord(segment[0]), "02x") + segment[1:])
+        else:
+            spelled_segments.append(segment)
+    spelled = f"{scheme}:{head}" + "/".join(spelled_segments)
+    assert rules.normal_uri(spelled) == canonical

@@ -279,7 +279,7 @@ async def _call_answer(request: ApiRequest, call_id, wait: float, full: bool = F
     from .. import db, questions
 
     # The history keeps the questions its servers asked, and their answers (SPEC 20.4).
-    asked = await db.run(questions.of_call, call.id)
+    asked = await db.run(questions.of_call, call.id, request.api_token.role == TokenRole.AGENT)
     return JsonResponse({**call.to_dict(), "questions": [questions.to_dict(q) for q in asked]})
 
 

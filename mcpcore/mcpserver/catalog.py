@@ -23,7 +23,7 @@ from .. import names, toolviewstore
 from ..choices import ServerState
 from ..db import cache
 from ..instructions import instructions_block
-from ..models import ApiToken, Prompt, Resource, ResourceTemplate, Server, Tool
+from ..models import ApiToken, Prompt, Resource, ResourceTemplate, Server, Tool, app_uri
 from ..schemas import PromptArguments, json_schema
 
 ALL = ""
@@ -282,16 +282,6 @@ def _common(row, endpoint: str, server: str) -> dict:
     return entry
 
 
-def app_uri(meta: dict) -> str | None:
-    """The `ui://` resource a tool names as its app (`_meta.ui.resourceUri`, or the older flat
-    key `ui/resourceUri`)."""
-    ui = meta.get("ui") if isinstance(meta, dict) else None
-    uri = ui.get("resourceUri") if isinstance(ui, dict) else None
-    if not isinstance(uri, str) and isinstance(meta, dict):
-        uri = meta.get("ui/resourceUri")
-    return uri if isinstance(uri, str) and uri else None
-
-
 def build(endpoint: str, token: ApiToken | None) -> Offer:
     """Read the rows of the connected servers the audience sees into its Offer."""
     made = Offer(tools=tool_list(endpoint, token))
@@ -320,18 +310,6 @@ def build(endpoint: str, token: ApiToken | None) -> Offer:
         if prompt.meta:
             entry["_meta"] = prompt.meta
         made.prompts.append(entry)
-    rows = list(Resource.objects.filter(server__name__in=servers).select_related("server"))
-    for resource in rows:
-        owners = made.listed.setdefault(resource.uri, [])
-        if resource.server.name not in owners:
-            owners.append(resource.server.name)
-    for resource in rows:
-        if len(made.listed[resource.uri]) > 1:
-            continue  # claimed by two servers: listed for neither (SPEC 20.2)
-        entry = {"uri": resource.uri, **_common(resource, endpoint, resource.server.name)}
-        if resource.size is not None:
-            entry["size"] = resource.size
-        made.resources.append(entry)
     for template in ResourceTemplate.objects.filter(server__name__in=servers).select_related("server"):
         server = template.server.name
         made.templates.append({"uriTemplate": template.uri_template, **_common(template, endpoint, server)})
@@ -340,6 +318,18 @@ def build(endpoint: str, token: ApiToken | None) -> Offer:
         except Exception:
             continue  # listed as the server gave it; no read can be routed by it
         made.patterns.append((server, template.uri_template, parsed))
+    rows = list(Resource.objects.filter(server__name__in=servers).select_related("server"))
+    for resource in rows:
+        owners = made.listed.setdefault(resource.uri, [])
+        if resource.server.name not in owners:
+            owners.append(resource.server.name)
+    for resource in rows:
+        if len(claimants(made, resource.uri)) > 1:
+            continue  # claimed by two servers: listed for neither (SPEC 20.2)
+        entry = {"uri": resource.uri, **_common(resource, endpoint, resource.server.name)}
+        if resource.size is not None:
+            entry["size"] = resource.size
+        made.resources.append(entry)
     return made
 
 
@@ -354,16 +344,13 @@ class Route:
         return self.servers[0] if len(self.servers) == 1 else None
 
 
-def route(made: Offer, uri: str) -> Route:
-    """The server a read of `uri` goes to (SPEC 20.2): the one that lists it, else the one whose
-    template matches it, else the one with a tool whose app it is."""
-    listed = made.listed.get(uri)
-    if listed:
-        return Route(tuple(sorted(listed)))
-    matching = sorted({server for server, _text, parsed in made.patterns if _matches(parsed, uri)})
-    if matching:
-        return Route(tuple(matching))
-    return Route(tuple(sorted(made.apps.get(uri, ()))))
+def claimants(made: Offer, uri: str) -> tuple[str, ...]:
+    """The servers that claim `uri` (SPEC 20.2), sorted: those that list it, those with a
+    template that matches it, those with a tool whose app it is. No way of claiming outranks
+    another: a server listing another's app or a URI of its template would take its reads."""
+    found = set(made.listed.get(uri, ())) | set(made.apps.get(uri, ()))
+    found |= {server for server, _text, parsed in made.patterns if _matches(parsed, uri)}
+    return tuple(sorted(found))
 
 
 def _matches(parsed: UriTemplate, uri: str) -> bool:
@@ -371,6 +358,12 @@ def _matches(parsed: UriTemplate, uri: str) -> bool:
         return parsed.match(uri) is not None
     except Exception:
         return False
+
+
+def route(made: Offer, uri: str) -> Route:
+    """Where a read of `uri` goes (SPEC 20.2): the one server that claims it; several, a
+    collision; none, an unknown URI."""
+    return Route(claimants(made, uri))
 
 
 def template_server(made: Offer, template: str) -> str | None:

@@ -11,7 +11,7 @@ own result, or its own JSON-RPC error. A completion is asked of the server's hol
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
 
-from .. import calls, control, db
+from .. import calls, control, db, rules
 from ..choices import CallKind, CallStatus, Via
 from ..db import cache
 from ..models import ApiToken, ToolCall
@@ -64,6 +64,12 @@ async def on_get_prompt(ctx, params) -> dict:
 
 async def on_read_resource(ctx, params) -> dict:
     uri = str(params.uri)
+    # Rules see URIs in normal form only (SPEC 20.3): another spelling of a denied file
+    # (`%2e`, `file:////`, `file://localhost/`, `FILE:`) is refused before any rule or server,
+    # whose own template match would decode it to the denied path.
+    normal = rules.normal_uri(uri)
+    if normal != uri:
+        raise MCPError(INVALID_PARAMS, f"resource URI is not in normal form: {normal}")
     server = routed(ctx, await handlers.offer_of(ctx), uri)
     return await _through_the_gate(ctx, CallKind.RESOURCE, server, uri, {})
 

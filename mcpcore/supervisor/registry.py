@@ -8,9 +8,10 @@ import logging
 
 from django.db import transaction
 from django.utils import timezone
+from mcp.shared.uri_template import UriTemplate
 
 from .. import allowlist, files, names
-from ..models import Prompt, Resource, ResourceTemplate, Server, Tool
+from ..models import Prompt, Resource, ResourceTemplate, Server, Tool, app_uri
 
 log = logging.getLogger("mcpcore.supervisor")
 
@@ -18,9 +19,15 @@ log = logging.getLogger("mcpcore.supervisor")
 def _registered(kind: str, server: str, name: str, seen: set[str], warnings: list[str]) -> str | None:
     """The registered name of a server's tool or prompt (SPEC 3), `name` already trimmed;
     None, with a warning, for one that is skipped: empty, unfit for `allow_tool` (it could not
-    be written there and read back as itself), or the same registered name as an earlier one."""
+    be written there and read back as itself, or an exact entry for it would be a prefix
+    grant), or the same registered name as an earlier one."""
     if not name:
         warnings.append(f"a {kind} with an empty name was skipped")
+        return None
+    if "*" in name:
+        warnings.append(
+            f"{kind} {name!r} skipped: a * in its name (an allow_tool entry for it would grant more)"
+        )
         return None
     if allowlist.entry_problem(name):
         warnings.append(f"{kind} {name!r} skipped: control characters or line separators in its name")
@@ -263,3 +270,59 @@ def set_warnings(server_name: str, warnings: list[str]) -> bool:
     if stored is None or stored == warnings:
         return False
     return Server.objects.filter(name=server_name).update(warnings=warnings) == 1
+
+
+def _template_matcher(text: str):
+    """Whether a URI matches a template as the SDK matches it (RFC 6570); one that does not
+    parse matches nothing."""
+    try:
+        parsed = UriTemplate.parse(text)
+    except Exception:
+        return lambda uri: False
+
+    def matches(uri: str) -> bool:
+        try:
+            return parsed.match(uri) is not None
+        except Exception:
+            return False
+
+    return matches
+
+
+def record_claims() -> None:
+    """Record on every server (`Server.uri_claims`) its URIs and templates that another
+    server claims too, for its page's `URI also served by <other>` (SPEC 20.2). A server claims
+    a URI by listing it, by a template matching it, or by a tool naming it as its app; each
+    known URI (listed or an app) with two claimants or more is recorded under each: as the URI
+    where it lists it or names it, under its template where one matches. Done by whoever
+    registered a change, over every server's rows: the claims are between servers."""
+    listed: dict[str, set[str]] = {}
+    for uri, name in Resource.objects.values_list("uri", "server__name"):
+        listed.setdefault(uri, set()).add(name)
+    for name, meta in Tool.objects.exclude(meta={}).values_list("server__name", "meta"):
+        app = app_uri(meta)
+        if app is not None:
+            listed.setdefault(app, set()).add(name)
+    templates = [
+        (name, text, _template_matcher(text))
+        for name, text in ResourceTemplate.objects.values_list("server__name", "uri_template")
+    ]
+    claims: dict[str, dict[str, dict[str, set[str]]]] = {}
+    for uri, named_by in listed.items():
+        matched = [(name, text) for name, text, matches in templates if matches(uri)]
+        by = named_by | {name for name, _text in matched}
+        if len(by) < 2:
+            continue
+        for name in named_by:
+            claims.setdefault(name, {}).setdefault("uris", {}).setdefault(uri, set()).update(by - {name})
+        for name, text in matched:
+            claims.setdefault(name, {}).setdefault("templates", {}).setdefault(text, set()).update(
+                by - {name}
+            )
+    for name, stored in Server.objects.values_list("name", "uri_claims"):
+        value = {
+            kind: {key: sorted(others) for key, others in sorted(entries.items())}
+            for kind, entries in sorted(claims.get(name, {}).items())
+        }
+        if value != stored:
+            Server.objects.filter(name=name).update(uri_claims=value)

@@ -21,7 +21,7 @@ import math
 import anyio
 from django.conf import settings
 
-from .. import calls, control, db, gate, oauth, questions, results
+from .. import calls, control, db, elicitation, gate, oauth, questions, results
 from ..choices import CallKind, CallStatus, Via
 from ..models import ToolCall
 from .session import (
@@ -230,6 +230,7 @@ class Asking:
     def __init__(self, call: ToolCall, timeout: float) -> None:
         self.call = call
         self.call_id = str(call.id)
+        self.caller = (call.token_id, call.session_id)
         # Its URL questions' ids, for the server's `notifications/elicitation/complete`.
         self.elicitation_ids: set[str] = set()
         self.timeout = timeout
@@ -274,10 +275,17 @@ class Asking:
             raise MCPError(got.code, got.message)
         return got
 
-    async def elicit(self, params):
+    async def elicit(self, params, sure: bool = True):
         """Ask the person one question (`mcp_types.ElicitRequestParams`) and give back what
-        goes to the server (`ElicitResult`)."""
-        from mcp_types import ElicitResult
+        goes to the server (`ElicitResult`); one this call may not have asked (`sure` false:
+        `ServerSession._asker_for`) is asked in the inbox only. A URL question whose address shows another host
+        than the one a browser opens is refused at once (`ErrorData`, -32602), asked of no
+        one."""
+        from mcp_types import INVALID_PARAMS, ElicitResult, ErrorData
+
+        if getattr(params, "mode", "form") == "url" and (why := elicitation.url_refusal(params.url)):
+            log.warning("server %s: URL question refused: %s", self.call.server_name, why)
+            return ErrorData(code=INVALID_PARAMS, message=f"URL question refused: {why}")
 
         async with self._turn:
             started = anyio.current_time()
@@ -285,14 +293,14 @@ class Asking:
             if self.scope is not None:
                 self.scope.deadline = math.inf
             try:
-                answer = await self._asked(params)
+                answer = await self._asked(params, sure)
             finally:
                 self.paused = False
                 self.cap_at += anyio.current_time() - started
                 self.push_back()
         return ElicitResult.model_validate(answer)
 
-    async def _asked(self, params) -> dict:
+    async def _asked(self, params, sure: bool = True) -> dict:
         call = self.call
         url_mode = getattr(params, "mode", "form") == "url"
         if url_mode and params.elicitation_id:
@@ -306,9 +314,11 @@ class Asking:
             schema=None if url_mode else params.requested_schema,
             url=params.url if url_mode else "",
             elicitation_id=(params.elicitation_id or "") if url_mode else "",
+            sure=sure,
         )
         async with anyio.create_task_group() as tg:
-            if call.via == Via.MCP:
+            # A question this call may not have asked is none of its client's business.
+            if call.via == Via.MCP and sure:
                 tg.start_soon(self._waiting)
             ended = await questions.wait_answer(
                 question, max(float(settings.AGENVOY_CONFIRM_TIMEOUT), RELAYED_FOR)

@@ -53,15 +53,18 @@ REFRESHING = (
 
 class Asker(Protocol):
     """What the session needs of a running call to ask its questions (`runner.Asking`): its
-    call's id, whether it is asking now, the elicitation ids of its URL questions."""
+    call's id, who made it (token and client session), whether it is asking now, the
+    elicitation ids of its URL questions. `elicit(params, sure=False)` asks a question the
+    call may not have asked: in the inbox only, never of its client."""
 
     call_id: str
+    caller: tuple
     elicitation_ids: set[str]
 
     @property
     def busy(self) -> bool: ...
 
-    async def elicit(self, params: Any) -> Any: ...
+    async def elicit(self, params: Any, sure: bool = True) -> Any: ...
 
 
 # The call a task runs, for questions asked from inside its own task: the SDK's 2026-07-28
@@ -644,10 +647,13 @@ class ServerSession:
         an `InputRequiredResult` the SDK drives): asked by the call it belongs to."""
         from mcp_types import INVALID_REQUEST, ErrorData
 
-        asker = ASKING.get() or self._asker_for()
-        if asker is None:
+        asker = ASKING.get()
+        if asker is not None:
+            return await asker.elicit(params)
+        found = self._asker_for()
+        if found is None:
             return ErrorData(code=INVALID_REQUEST, message="no call of this client is running on this server")
-        return await asker.elicit(params)
+        return await found[0].elicit(params, sure=found[1])
 
     async def _completed(self, elicitation_id) -> None:
         """A 2025 server's URL question done out of band: whoever holds the call's MCP request
@@ -659,16 +665,19 @@ class ServerSession:
                 {"type": "question.complete", "elicitation_id": elicitation_id},
             )
 
-    def _asker_for(self) -> "Asker | None":
-        """The call a 2025 `elicitation/create` belongs to. The server sends it on the call's
-        own request (`related_request_id`: its POST's response stream), but the client side
-        of the SDK does not say which one: with one call in flight it is that one; with
-        several, the oldest not already waiting for an answer (a call asks one question at a
-        time), else the oldest."""
+    def _asker_for(self) -> "tuple[Asker, bool] | None":
+        """The call a 2025 `elicitation/create` is filed under, and whether it surely asked.
+        The server sends it on the call's own request (`related_request_id`: its POST's
+        response stream), but the client side of the SDK does not say which one: with one
+        call in flight it is that one; with several, the oldest not already waiting for an
+        answer (a call asks one question at a time), else the oldest. That guess is sure
+        only when every call in flight was made by the same token on the same client session:
+        else the question may be another caller's, and goes to the inbox alone (SPEC 20.4)."""
         running = list(self.asking.values())
         if not running:
             return None
-        return next((a for a in running if not a.busy), running[0])
+        asker = next((a for a in running if not a.busy), running[0])
+        return asker, len({a.caller for a in running}) == 1
 
     async def _list_all(self, client: Client, method: str = "tools/list") -> list:
         """Every page of one listing, bypassing the client's cache, bounded; a repeated cursor
@@ -723,6 +732,7 @@ class ServerSession:
                 changed.append(f"{len(resource_rows)} resources, {len(template_rows)} templates")
         await db.run(registry.set_warnings, self.name, warnings)
         if changed:
+            await db.run(registry.record_claims)
             log.info("server %s: registered %s", self.name, ", ".join(changed))
             await control.asend_group(control.STATUS, {"type": "status.changed", "server": self.name})
 

@@ -26,7 +26,6 @@ from ..models import (
     NotificationTarget,
     PermissionGrant,
     Question,
-    Resource,
     Server,
     ToolCall,
     View,
@@ -113,17 +112,30 @@ _TOOL_SHOWN = (
 )  # fmt: skip
 
 
-def server_resources(server: Server) -> list[Resource]:
-    """The server's resources, each with `also`: the other servers that list the same URI
-    (SPEC 20.2: `/mcp` then lists it for neither; the page warns)."""
-    rows = list(server.resources.all())
-    others: dict[str, list[str]] = {}
-    shared = Resource.objects.filter(uri__in=[r.uri for r in rows]).exclude(server=server)
-    for uri, name in shared.order_by("server__name").values_list("uri", "server__name"):
-        others.setdefault(uri, []).append(name)
-    for row in rows:
-        row.also = others.get(row.uri, [])
-    return rows
+def uri_claims(server: Server) -> dict:
+    """The server's resources and templates, each with `also`, and the apps its tools name
+    that it does not list (`shared_apps`: `{"uri", "also"}`), where other servers claim the
+    same URI (SPEC 20.2: `/mcp` then lists and reads it for none of them; the page warns). The
+    supervisor records the claims (`Server.uri_claims`); a server removed since is left out."""
+    names = set(Server.objects.values_list("name", flat=True))
+
+    def still(others: list[str]) -> list[str]:
+        return [name for name in others if name in names]
+
+    uris, templates = server.uri_claims.get("uris", {}), server.uri_claims.get("templates", {})
+    resources = list(server.resources.all())
+    for row in resources:
+        row.also = still(uris.get(row.uri, []))
+    resource_templates = list(server.resource_templates.all())
+    for template in resource_templates:
+        template.also = still(templates.get(template.uri_template, []))
+    own = {row.uri for row in resources}
+    shared_apps = [
+        {"uri": uri, "also": still(others)}
+        for uri, others in uris.items()
+        if uri not in own and still(others)
+    ]
+    return {"resources": resources, "resource_templates": resource_templates, "shared_apps": shared_apps}
 
 
 def trust_context(server: Server) -> dict:

@@ -121,8 +121,12 @@ def question_item(question: Question, now=None) -> dict:
     if question.mode == QuestionMode.URL:
         parts = urlsplit(question.url)
         item["host"] = parts.hostname or question.url
+        # A question asked before the console refused such addresses (`url_refusal`) shows
+        # why, and no host a person could trust.
+        item["refused"] = elicitation.url_refusal(question.url)
         # Only a web address gets an Open link: a server's `javascript:` URL stays text.
-        item["open_url"] = question.url if parts.scheme in ("http", "https") and parts.hostname else ""
+        web = parts.scheme in ("http", "https") and parts.hostname and not item["refused"]
+        item["open_url"] = question.url if web else ""
     else:
         item["fields"] = [
             form_field(question, i, f) for i, f in enumerate(elicitation.fields(question.schema))

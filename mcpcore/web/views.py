@@ -107,7 +107,6 @@ from .display import (
     result_context,
     result_view,
     rules_lines,
-    server_resources,
     storage,
     target_token_error,
     targets_context,
@@ -117,6 +116,7 @@ from .display import (
     toolview_rows,
     trust_context,
     trust_message,
+    uri_claims,
 )
 
 LINK_GONE = "this link is no longer valid"
@@ -271,8 +271,7 @@ def server_detail(request: HtmxRequest, name: str) -> HttpResponse:
         config_json=pretty(mask_config(server.config)),
         page_sig=server.signature,
         prompts=list(server.prompts.all()),
-        resources=server_resources(server),
-        resource_templates=list(server.resource_templates.all()),
+        **uri_claims(server),
         live_page=f"server:{server.name}",
         problems=file_problems(),
     )

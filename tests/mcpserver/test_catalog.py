@@ -65,6 +65,19 @@ def test_it_routes_by_listing_then_template_then_app(servers):
     assert catalog.template_server(made, "test://b/items/{id}") == "b"
 
 
+def test_it_counts_a_listing_a_template_and_an_app_alike_as_claims(servers):
+    a, b = servers
+    # b lists a's app; a's template claims a URI b lists; neither outranks the other.
+    Resource.objects.create(server=b, uri="ui://a/app", name="app")
+    ResourceTemplate.objects.create(server=a, uri_template="test://b/{name}", name="any")
+    made = catalog.build("", None)
+    assert catalog.route(made, "ui://a/app").servers == ("a", "b")
+    assert catalog.route(made, "test://b/two").servers == ("a", "b")
+    assert catalog.route(made, "test://b/items/42").server == "b"
+    assert [r["uri"] for r in made.resources] == ["test://a/one"]
+    assert catalog.route(catalog.build("b", None), "ui://a/app").server == "b"
+
+
 def test_it_keeps_the_tools_meta_and_the_bare_names_of_their_own(servers):
     made = catalog.build("", None)
     app = next(t for t in made.tools if t["name"] == "a__only_a")

@@ -19,7 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpcore.mcpserver import relay
-from tests.live import await_until, db_rows, our_server, wait_until
+from tests.live import await_until, db_rows, our_server, token_id, wait_until
 from tests.mcpclients import TsClient, in_thread
 
 pytestmark = pytest.mark.live
@@ -179,6 +179,78 @@ async def test_it_asks_the_inbox_for_a_v1_call_and_answers_the_server(c, server)
         lambda: (row := c.get(f"/v1/mcp/calls/{call_id}").json())["status"] == "done" and row, 30, what="done"
     )
     assert json.loads(done["result"])["answers"] == [{"action": "accept", "content": {"name": "Api"}}]
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_it_refuses_a_url_question_whose_host_a_browser_reads_otherwise_and_asks_no_one(c, server):
+    tool = f"mcp__{server}__ask_url"
+    r = c.call(tool, {"url": "https://evil.example\\@paypal.com/login"}, mode="auto", wait=0)
+    assert r.status_code == 202, r.text
+    call_id = r.json()["call_id"]
+    done = wait_until(
+        lambda: (row := c.get(f"/v1/mcp/calls/{call_id}").json())["status"] in ("done", "error") and row,
+        30,
+        what="the call ended",
+    )
+    assert "URL question refused: the URL has a backslash" in json.dumps(done)
+    assert questions_of(c, tool) == []
+
+
+@pytest.mark.asyncio
+async def test_it_asks_no_agent_a_2025_question_it_cannot_tell_whose_call_asked(c):
+    # Token A's call is in flight on the 2025 server when token B's asks: `elicitation/create`
+    # does not say which call asked, so neither client is asked; people answer in the inbox.
+    first, second = c._insert_token("asker-a", "agent"), c._insert_token("asker-b", "agent")
+    a_person, b_person = Person({"action": "decline"}), Person({"action": "decline"})
+    a_id = token_id(c, "asker-a")
+
+    def a_running():
+        return db_rows(
+            c,
+            "select id from mcpcore_toolcall where tool_name = 'mcp__ask25__hold' and token_id = ? "
+            "and status = 'running'",
+            a_id,
+        )
+
+    async def answer_it() -> None:
+        item = await await_until(
+            lambda: _question_item(c, "mcp__ask25__hold") or _question_item(c, "mcp__ask25__ask_form"),
+            30,
+            what="the question in the inbox",
+        )
+        assert item["message"] == "Whose?"
+        for token in (first, second):
+            r = await in_thread(
+                lambda token=token: httpx2.get(
+                    c.url + "/v1/pending", headers={"Authorization": f"Bearer {token}"}
+                )
+            )
+            assert all(i["id"] != item["id"] for i in r.json()["pending"]), r.text
+        r = await in_thread(
+            lambda: c.approver.post(
+                f"/v1/pending/{item['id']}/answer", json={"action": "accept", "content": {"name": "Inbox"}}
+            )
+        )
+        assert r.status_code == 200, r.text
+
+    async with (
+        client_of(c, "legacy", a_person, token=first) as a,
+        client_of(c, "legacy", b_person, token=second) as b,
+        anyio.create_task_group() as tg,
+    ):
+        held: list = []
+
+        async def hold() -> None:
+            held.append(await a.call_tool("ask25__hold", {"seconds": 30}))
+
+        tg.start_soon(hold)
+        await await_until(a_running, 30, what="A's call running")
+        tg.start_soon(answer_it)
+        with anyio.fail_after(60):
+            result = await b.call_tool("ask25__ask_form", {"message": "Whose?"})
+        tg.cancel_scope.cancel()
+    assert answers_in(result) == [{"action": "accept", "content": {"name": "Inbox"}}]
+    assert a_person.asked == [] and b_person.asked == []
 
 
 @pytest.mark.asyncio

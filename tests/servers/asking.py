@@ -15,6 +15,8 @@ Tools:
 - `ask_both()`: the same two, on 2026-07-28 in one `InputRequiredResult` (both at once);
 - `sample()`: asks the client to sample (`sampling/createMessage`), answers what came back;
 - `roots()`: asks for the client's roots, answers what came back.
+- `hold(seconds)`: asks nothing, answers `held` after `seconds` (a call in flight beside
+  another's questions).
 Each answers `{"answers": [<the client's result per question>]}` or `{"error": "..."}`.
 """
 
@@ -172,6 +174,13 @@ async def sample(ctx: Context) -> CallToolResult | InputRequiredResult:
 async def roots(ctx: Context) -> CallToolResult | InputRequiredResult:
     """Ask the client for its roots; answer the error it gave."""
     return await _other(ctx, ListRootsRequest())
+
+
+@mcp.tool()
+async def hold(seconds: float) -> str:
+    """Ask nothing; answer `held` after `seconds`."""
+    await anyio.sleep(seconds)
+    return "held"
 
 
 async def _other(ctx: Context, request) -> CallToolResult | InputRequiredResult:

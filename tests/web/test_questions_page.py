@@ -132,6 +132,25 @@ def test_it_gives_no_open_link_to_a_url_that_is_no_web_address(signed_in, every)
     assert "javascript:alert(1)" in item  # shown as text
 
 
+def test_it_shows_no_misleading_host_and_no_open_link_for_a_url_with_user_info_or_backslash(signed_in, every):
+    # A question recorded before receipt refused such addresses: `urlsplit` names paypal.com,
+    # a browser opens evil.example.
+    q = ask("url", url="https://evil.example\\@paypal.com/login")
+    item = card(signed_in.get("/pending/").content.decode(), q)
+    assert ">paypal.com<" not in item and ">Open</a>" not in item and 'href="https://evil' not in item
+    assert "It asks you to open an address the console will not open: " in item
+    assert '<span class="refused">the URL has a backslash</span>' in item
+
+
+def test_it_says_when_the_server_did_not_say_which_call_asks(signed_in, every):
+    q = ask()
+    item = card(signed_in.get("/pending/").content.decode(), q)
+    assert "did not say which of the calls" not in item
+    Question.objects.filter(id=q.id).update(guessed=True)
+    item = card(signed_in.get("/pending/").content.decode(), q)
+    assert "The server did not say which of the calls running on it asks" in item
+
+
 def test_it_submits_a_filled_form_as_the_typed_content(signed_in, every):
     q = ask()
     r = signed_in.post(

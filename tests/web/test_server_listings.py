@@ -83,7 +83,15 @@ def test_it_warns_of_a_uri_another_server_lists_too(signed_in, every):
     listed("every")
     other = Server.objects.get(name="other")
     ResourceRow.objects.create(server=other, uri="file:///docs/readme.md", name="readme")
+    registry.record_claims()  # what the supervisor does once it registered a change
     html = signed_in.get("/servers/every/").content.decode()
     section = re.search(r'<section class="tools-section" id="resources">.*?</section>', html, re.S).group(0)
-    assert section.count("URI also served by other") == 1  # the shared one only, not ui://every/app.html
+    rows = {
+        re.search(r"<code[^>]*>(.*?)</code>", row).group(1): row
+        for row in re.findall(r"<tr>\s*<td data-label=\"URI.*?</tr>", section, re.S)
+    }
+    # The shared URI, and the template it matches (SPEC 20.2: a claim too); not the app's page.
+    assert "URI also served by other" in rows["file:///docs/readme.md"]
+    assert "URI also served by other" in rows["file:///docs/{path}"]
+    assert "URI also served by" not in rows["ui://every/app.html"]
     assert "URI also served by every" in signed_in.get("/servers/other/").content.decode()
