@@ -582,6 +582,7 @@ def confirmation_context(call: ToolCall) -> dict:
         "call": call,
         "item": live.pending_context([call])["pending_items"][0] if pending else None,
         "ending": "" if pending else _ending(call),
+        "result": result_view(call.result) if call.ended else None,
         "detail": True,
     }
 
