@@ -92,7 +92,8 @@ def test_it_shows_connect_an_agent_on_the_servers_page_while_no_token_exists(sig
     r = signed_in.post("/tokens/create/", {"name": "my-agent", "role": "agent"})
     made = r.content.decode()
     assert 'id="config-claude"' in made and "claude mcp add --transport http" in made
-    assert 'href="#client-config"' in made  # the panel points at the snippets made with it
+    # The new token's panel holds the snippets; the steps are not repeated below it (issue 47).
+    assert 'id="connect-agent"' not in made
     assert ApiToken.objects.get(name="my-agent").role == TokenRole.AGENT
     assert "Connect an agent" not in signed_in.get("/").content.decode()
     ApiToken.objects.update(revoked_at=timezone.now())
