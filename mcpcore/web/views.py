@@ -49,7 +49,7 @@ from .. import (
     toolviewstore,
 )
 from ..appauth import grants
-from ..choices import CallStatus, QuestionMode, ServerState, TargetKind, TokenRole
+from ..choices import CallDecision, CallStatus, QuestionMode, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
     AppClient,
@@ -602,7 +602,9 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
         except calls.CallError as exc:
             messages.error(request, f"Not applied: {exc.message}.")
         else:
-            messages.success(request, reply_message(call))
+            # A denial is not a success to flash in green (issue 47).
+            said = messages.info if call.decision == CallDecision.DENY else messages.success
+            said(request, reply_message(call))
     return _inbox_after(request)
 
 

@@ -164,3 +164,36 @@ def test_it_labels_each_cell_of_the_phone_cards_with_its_column(page, console, m
             assert row[0][1] in ("", row[0][0]), f"{path}: (column, label) {row}"
         check(page, f"{path} (phone cards)")
         shoot_into(page, SHOTS, "cards" + path.replace("/", "-").rstrip("-"))
+
+
+# Lines a text is laid out on, per element: a name broken mid-word takes two.
+_LINES = """sel => [...document.querySelectorAll(sel)].map(e => {
+  const text = [...e.childNodes].filter(n => n.nodeType === 3 && n.data.trim()).pop();
+  const r = document.createRange();
+  r.selectNodeContents(text);
+  return [e.innerText, new Set([...r.getClientRects()].map(x => Math.round(x.top))).size];
+})"""
+
+
+def test_it_speaks_a_persons_words_on_the_pages(page, console, made):
+    box = call_in_background(console, "mcp__echo__add", {"a": 1, "b": 2}, made["token"], session_id="s-deny")
+    page.goto("/pending/")
+    card = page.locator("article.pending", has_text="add")
+    card.get_by_label("Reason").fill("not now")
+    card.get_by_role("button", name="Deny").click()
+    said = page.locator("#messages .message", has_text="Denied: mcp__echo__add.")
+    expect(said).to_be_visible()
+    expect(said).not_to_have_class("message success")  # no green flash for a denial
+    assert answer(box)["body"]["status"] == "skipped"  # /v1 keeps SPEC 5's word
+    page.goto("/history/")
+    expect(page.locator("tr", has_text="add").locator(".status")).to_have_text("denied")
+    page.goto("/")
+    expect(page.get_by_role("columnheader", name="MCP version")).to_be_visible()
+    page.goto("/servers/echo/")
+    trust = page.locator("#trust-editor")
+    expect(trust).not_to_contain_text("allow_tool")
+    expect(page.locator("dt", has_text="MCP version")).to_be_visible()
+    broken = [t for t, n in page.evaluate(_LINES, ".tool-head .registered, .tool-checks label") if n != 1]
+    assert broken == [], f"names broken over lines at 1280 px: {broken}"
+    check(page, "server-detail (echo)")
+    shoot_into(page, SHOTS, "server-echo")
