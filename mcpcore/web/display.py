@@ -126,6 +126,31 @@ def server_resources(server: Server) -> list[Resource]:
     return rows
 
 
+# MCP's tool annotations a person weighs before trusting a tool, as the marks the page shows.
+# Only hints the server set: MCP's defaults (destructive, open world) say nothing about a tool.
+_MARKS = (
+    ("readOnlyHint", "mark-readonly", "read-only"),
+    ("destructiveHint", "mark-destructive", "destructive"),
+    ("idempotentHint", "mark-idempotent", "idempotent"),
+    ("openWorldHint", "mark-openworld", "open world"),
+)
+
+
+def tool_marks(annotations: dict | None) -> list[tuple[str, str]]:
+    """(class, words) for each hint the server set true; read-only makes destructive moot."""
+    got = annotations or {}
+    marks = [(css, words) for key, css, words in _MARKS if got.get(key) is True]
+    if got.get("readOnlyHint") is True:
+        marks = [m for m in marks if m[0] != "mark-destructive"]
+    return marks
+
+
+def _summary(description: str) -> str:
+    """A tool's description cut to its first line, for beside its checkbox."""
+    first = (description or "").strip().split("\n", 1)[0]
+    return first if len(first) <= 120 else first[:119] + "…"
+
+
 def trust_context(server: Server) -> dict:
     entries = files.current_allow()
     match = allowlist.Matcher(entries)
@@ -140,6 +165,8 @@ def trust_context(server: Server) -> dict:
             "registered": t.registered_name,
             "allowed": match(t.registered_name),
             "changed": trust[t.registered_name] == "changed",
+            "marks": tool_marks(t.annotations),
+            "summary": _summary(t.description),
         }
         for t in tools
     ]
@@ -173,6 +200,7 @@ def tool_card(tool, change: dict | None, try_form_url: str, open_try: bool) -> d
         "description": _linebreaks(tool.description),
         "schema": pretty(tool.input_schema),
         "annotations": pretty(tool.annotations) if tool.annotations else "",
+        "marks": tool_marks(tool.annotations),
         "change": change,
         "open": open_try,
         "fields": schema_fields(tool.input_schema) if open_try else None,
