@@ -42,9 +42,21 @@ def check(page: Page, label: str) -> None:
     assert problems == [], "\n".join(problems)
 
 
-def test_it_signs_in(page, console):
+def test_it_signs_in_after_a_wrong_password_without_typing_the_username_again(page, console):
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     page.goto("/login/")
+    # Where a newcomer's password is: printed once by `make run`.
+    expect(page.locator("main")).to_contain_text("make run")
+    page.get_by_label("Username").fill(USER)
+    page.get_by_label("Password").fill("not-the-password")
+    page.get_by_role("button", name="Sign in", exact=True).click(timeout=90_000)
+    expect(page.get_by_role("alert")).to_contain_text("didn't match")
+    expect(page.get_by_label("Username")).to_have_value(USER)
+    expect(page.get_by_label("Password")).to_be_focused()
+    check(page, "login (a wrong password)")
+    shoot_into(page, SHOTS, "sign-in-wrong-password")
+    icon = page.request.get("/favicon.ico")
+    assert icon.status == 200 and icon.headers["content-type"].startswith("image/"), icon.status
     sign_in(page, USER, PASSWORD)
 
 
