@@ -104,6 +104,7 @@ from .display import (
     question_rows,
     reconnect_message,
     reply_message,
+    rule_examples,
     result_context,
     result_view,
     rules_lines,
@@ -778,7 +779,13 @@ def rules_page(request: HtmxRequest) -> HttpResponse:
         except files.ConfigFileError:
             text = ""
     in_force, problem = files.current_rules()
-    context = {"rules": in_force, "problem": problem, "text": text, "save_error": save_error}
+    context = {
+        "rules": in_force,
+        "problem": problem,
+        "text": text,
+        "save_error": save_error,
+        "examples": rule_examples(Tool.objects.order_by("registered_name").first()),
+    }
     return render(request, "mcpcore/rules.html", context, status=status)
 
 
@@ -822,6 +829,7 @@ def toolviews_page(request: HtmxRequest) -> HttpResponse:
         "form": form,
         "save_error": save_error,
         "editing": bool(form["name"]),
+        "tool_names": list(Tool.objects.order_by("registered_name").values_list("registered_name", flat=True)),
     }
     return render(request, "mcpcore/toolviews.html", context, status=status)
 

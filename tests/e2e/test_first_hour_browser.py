@@ -209,3 +209,23 @@ def test_it_speaks_a_persons_words_on_the_pages(page, console, made):
     assert broken == [], f"names broken over lines at 1280 px: {broken}"
     check(page, "server-detail (echo)")
     shoot_into(page, SHOTS, "server-echo")
+
+
+def test_it_helps_fill_the_views_and_rules_forms_with_the_consoles_own_tools(page, console):
+    page.goto("/views/")
+    editor = page.locator("#view-editor")
+    expect(editor.get_by_label("Name")).to_have_attribute("type", "text")
+    names = editor.locator(".tool-names code")
+    expect(names.first).to_be_visible()
+    assert "mcp__echo__echo" in names.all_inner_texts()
+    check(page, "views (empty)")
+    shoot_into(page, SHOTS, "views")
+    page.goto("/rules/")
+    box = page.locator("#rules-editor")
+    # The box first; examples made of this console's tools, not of servers it doesn't have.
+    examples = box.locator("#rules-examples")
+    expect(examples).to_contain_text("mcp__echo__")
+    expect(examples).not_to_contain_text("mcp__fs__")
+    assert box.locator("textarea").bounding_box()["y"] < examples.bounding_box()["y"]
+    check(page, "rules (empty)")
+    shoot_into(page, SHOTS, "rules")
