@@ -15,7 +15,9 @@ urlpatterns = [
     ),
     path("a/<str:token>", views.one_tap, name="one-tap"),
     # Asked for by browsers and tools that don't read the pages' <link rel="icon">; not a 404.
-    path("favicon.ico", RedirectView.as_view(url=static("mcpcore/favicon.svg"), permanent=True), name="favicon"),
+    path(
+        "favicon.ico", RedirectView.as_view(url=static("mcpcore/favicon.svg"), permanent=True), name="favicon"
+    ),
     path("v1/", include("mcpcore.api.urls")),
     path("metrics", metrics_view, name="metrics"),
     # Signing in is allauth's (SPEC 22.1) at the console's own addresses; its other pages

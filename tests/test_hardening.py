@@ -225,7 +225,9 @@ async def test_it_drops_the_answer_of_a_call_whose_client_hung_up_without_a_trac
     from mcpcore.models import ToolCall
 
     secret = await sync_to_async(_server_with_a_tool_and_token)(agenvoy_home)
-    body = json.dumps({"name": "mcp__srv__tool", "arguments": {"message": "hi"}, "mode": "confirm", "wait": 120})
+    body = json.dumps(
+        {"name": "mcp__srv__tool", "arguments": {"message": "hi"}, "mode": "confirm", "wait": 120}
+    )
     leave = anyio.Event()
     with anyio.fail_after(20):  # the call waits 120 s
         async with anyio.create_task_group() as tg:

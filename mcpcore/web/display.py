@@ -244,7 +244,11 @@ def rule_examples(tool: Tool | None) -> list[str]:
     """Rules for the Rules page's examples, written with one of this console's own tools (a
     newcomer's console has no `fs` or `github` server); the generic ones when it has none."""
     if tool is None:
-        return ["deny mcp__fs__write_file(path:/etc/*)", "ask mcp__github__*", "allow mcp__fs__read_file(path:/srv/*)"]
+        return [
+            "deny mcp__fs__write_file(path:/etc/*)",
+            "ask mcp__github__*",
+            "allow mcp__fs__read_file(path:/srv/*)",
+        ]
     prefix = tool.registered_name[: -len(tool.tool_name)]
     props = list((tool.input_schema or {}).get("properties") or {})
     said = [f"ask {tool.registered_name}", f"allow {prefix}*"]

@@ -104,9 +104,9 @@ from .display import (
     question_rows,
     reconnect_message,
     reply_message,
-    rule_examples,
     result_context,
     result_view,
+    rule_examples,
     rules_lines,
     server_resources,
     storage,
@@ -829,7 +829,9 @@ def toolviews_page(request: HtmxRequest) -> HttpResponse:
         "form": form,
         "save_error": save_error,
         "editing": bool(form["name"]),
-        "tool_names": list(Tool.objects.order_by("registered_name").values_list("registered_name", flat=True)),
+        "tool_names": list(
+            Tool.objects.order_by("registered_name").values_list("registered_name", flat=True)
+        ),
     }
     return render(request, "mcpcore/toolviews.html", context, status=status)
 

@@ -72,7 +72,9 @@ def test_it_makes_a_token_that_keeps_the_gate_with_the_tokens_pages_defaults(pag
     expect(page.get_by_role("heading", name="Token “laptop” created")).to_be_visible()
     made["token"] = page.locator("#new-token").inner_text().strip()
     with httpx2.Client(base_url=console.url, headers={"Authorization": f"Bearer {made['token']}"}) as http:
-        r = http.post("/v1/mcp/call", json={"name": "mcp__echo__echo", "arguments": {"text": "hi"}, "mode": "auto"})
+        r = http.post(
+            "/v1/mcp/call", json={"name": "mcp__echo__echo", "arguments": {"text": "hi"}, "mode": "auto"}
+        )
     assert r.status_code == 403 and r.json() == {"error": "this token may not use auto mode"}, r.text
 
 
@@ -122,7 +124,9 @@ def test_it_says_each_approve_buttons_scope_in_visible_words(page, console, made
 
 
 def test_it_follows_its_call_to_the_result_on_the_confirmations_own_page(page, console, made):
-    box = call_in_background(console, "mcp__echo__sleep", {"seconds": 1.5}, made["token"], session_id="s-follow")
+    box = call_in_background(
+        console, "mcp__echo__sleep", {"seconds": 1.5}, made["token"], session_id="s-follow"
+    )
     page.goto("/pending/")
     page.locator("article.pending", has_text="sleep").get_by_role("link", name="sleep").click()
     expect(page.get_by_role("heading", name="sleep on echo")).to_be_visible()

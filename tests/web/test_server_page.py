@@ -201,5 +201,9 @@ def test_it_marks_each_tool_with_its_hints_next_to_its_checkbox(signed_in, every
     assert re.findall(r'class="pill mark[^"]*">([^<]+)<', rows["add"]) == ["destructive", "open world"]
     assert "pill mark" not in rows["get-sum"]
     assert "The echo tool." in rows["echo"]  # what it does, beside the box
-    card = re.search(r'<article class="card tool" id="tool-\d+">\s*<header class="tool-head">\s*<h3 class="break">add</h3>.*?</header>', html, re.S).group(0)
+    card = re.search(
+        r'<article class="card tool" id="tool-\d+">\s*<header class="tool-head">\s*<h3 class="break">add</h3>.*?</header>',
+        html,
+        re.S,
+    ).group(0)
     assert re.findall(r'class="pill mark[^"]*">([^<]+)<', card) == ["destructive", "open world"]
