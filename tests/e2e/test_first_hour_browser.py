@@ -138,6 +138,7 @@ def test_it_follows_its_call_to_the_result_on_the_confirmations_own_page(page, c
     detail = page.locator("#pending-detail")
     expect(detail.locator(".status")).to_have_text("done", timeout=20_000)
     expect(detail.locator("pre.result")).to_have_text("slept")
+    expect(page.locator("main")).not_to_contain_text("{#")  # no template comment shown as text
     assert loads == []  # followed without a reload
     assert answer(box)["body"]["status"] == "done"
     check(page, "pending-detail (done)")
