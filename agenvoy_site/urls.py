@@ -1,7 +1,9 @@
 from allauth import urls as allauth_urls
 from allauth.account import views as account_views
 from django.conf import settings
+from django.templatetags.static import static
 from django.urls import URLPattern, URLResolver, include, path, re_path
+from django.views.generic import RedirectView
 
 from mcpcore.api.ops import metrics_view
 from mcpcore.web import views
@@ -45,6 +47,10 @@ urlpatterns = [
         name="well-known-not-found",
     ),
     path("a/<str:token>", views.one_tap, name="one-tap"),
+    # Asked for by browsers and tools that don't read the pages' <link rel="icon">; not a 404.
+    path(
+        "favicon.ico", RedirectView.as_view(url=static("mcpcore/favicon.svg"), permanent=True), name="favicon"
+    ),
     path("v1/", include("mcpcore.api.urls")),
     path("metrics", metrics_view, name="metrics"),
     # Signing in is allauth's (SPEC 22.1) at the console's own addresses; its other pages

@@ -135,12 +135,14 @@ def _pending_call_and_token():
     return str(call.id), secret
 
 
-async def _long_poll(path: str, query: str, secret: str, leave: anyio.Event | None):
+async def _long_poll(
+    path: str, query: str, secret: str, leave: anyio.Event | None, method: str = "GET", body: bytes = b""
+):
     """Drive the /v1 ASGI handler as a server would; the client leaves when `leave` is set."""
     from mcpcore.api.app import ApiHandler
 
     sent = []
-    messages = [{"type": "http.request", "body": b"", "more_body": False}]
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def receive():
         if messages:
@@ -157,13 +159,17 @@ async def _long_poll(path: str, query: str, secret: str, leave: anyio.Event | No
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "GET",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
         "query_string": query.encode(),
         "root_path": "",
-        "headers": [(b"authorization", f"Bearer {secret}".encode()), (b"host", b"127.0.0.1")],
+        "headers": [
+            (b"authorization", f"Bearer {secret}".encode()),
+            (b"host", b"127.0.0.1"),
+            (b"content-type", b"application/json"),
+        ],
         "client": ("127.0.0.1", 5000),
         "server": ("127.0.0.1", 8000),
     }
@@ -196,6 +202,48 @@ async def test_it_stops_a_long_poll_when_the_client_disconnects():
             leave.set()
     assert result["sent"] == []  # nobody to answer
     assert not layer.groups.get(group)  # and it let go of its subscription
+
+
+def _server_with_a_tool_and_token(home):
+    from mcpcore.models import ApiToken
+    from tests.rows import add_tools, write_servers
+
+    write_servers(home, {"srv": {"command": "x"}})
+    add_tools("srv", ["tool"])
+    return ApiToken.issue("curl", role="agent")[1]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_it_drops_the_answer_of_a_call_whose_client_hung_up_without_a_traceback(agenvoy_home, caplog):
+    # Issue 47: a curl given up on made `mcp_call` hand the missing answer to `_answer`
+    # (AttributeError: 'NoneType' object has no attribute 'to_answer').
+    import json
+
+    from asgiref.sync import sync_to_async
+
+    from mcpcore.models import ToolCall
+
+    secret = await sync_to_async(_server_with_a_tool_and_token)(agenvoy_home)
+    body = json.dumps(
+        {"name": "mcp__srv__tool", "arguments": {"message": "hi"}, "mode": "confirm", "wait": 120}
+    )
+    leave = anyio.Event()
+    with anyio.fail_after(20):  # the call waits 120 s
+        async with anyio.create_task_group() as tg:
+            result = {}
+
+            async def call():
+                result["sent"] = await _long_poll("/v1/mcp/call", "", secret, leave, "POST", body.encode())
+
+            tg.start_soon(call)
+            while not await ToolCall.objects.filter(status="pending").aexists():
+                await anyio.sleep(0.01)  # the call waits for a person
+            leave.set()
+    assert result["sent"] == []  # nobody to answer
+    # Django turns a view's exception into a 500 nobody receives, and logs its traceback.
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+    assert await ToolCall.objects.filter(status="pending").aexists()  # the call goes on
 
 
 @pytest.mark.django_db(transaction=True)

@@ -243,7 +243,10 @@ async def mcp_call(request: ApiRequest) -> JsonResponse:
 
     call, wait, local = request.prepared, request.wait_seconds, calls.local_supervisor(request)
     await calls.submit(call, local)
-    return _answer(await _until_gone(request, calls.wait(call, wait, local=local), wait))
+    answered = await _until_gone(request, calls.wait(call, wait, local=local), wait)
+    if answered is None:  # the client hung up: the answer goes nowhere (the call goes on)
+        return JsonResponse({}, status=202)
+    return _answer(answered)
 
 
 def _answer(call, full: bool = False) -> JsonResponse:

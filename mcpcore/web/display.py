@@ -27,6 +27,7 @@ from ..models import (
     PermissionGrant,
     Question,
     Server,
+    Tool,
     ToolCall,
     View,
     transport_of,
@@ -138,6 +139,31 @@ def uri_claims(server: Server) -> dict:
     return {"resources": resources, "resource_templates": resource_templates, "shared_apps": shared_apps}
 
 
+# MCP's tool annotations a person weighs before trusting a tool, as the marks the page shows.
+# Only hints the server set: MCP's defaults (destructive, open world) say nothing about a tool.
+_MARKS = (
+    ("readOnlyHint", "mark-readonly", "read-only"),
+    ("destructiveHint", "mark-destructive", "destructive"),
+    ("idempotentHint", "mark-idempotent", "idempotent"),
+    ("openWorldHint", "mark-openworld", "open world"),
+)
+
+
+def tool_marks(annotations: dict | None) -> list[tuple[str, str]]:
+    """(class, words) for each hint the server set true; read-only makes destructive moot."""
+    got = annotations or {}
+    marks = [(css, words) for key, css, words in _MARKS if got.get(key) is True]
+    if got.get("readOnlyHint") is True:
+        marks = [m for m in marks if m[0] != "mark-destructive"]
+    return marks
+
+
+def _summary(description: str) -> str:
+    """A tool's description cut to its first line, for beside its checkbox."""
+    first = (description or "").strip().split("\n", 1)[0]
+    return first if len(first) <= 120 else first[:119] + "…"
+
+
 def trust_context(server: Server) -> dict:
     entries = files.current_allow()
     match = allowlist.Matcher(entries)
@@ -152,6 +178,8 @@ def trust_context(server: Server) -> dict:
             "registered": t.registered_name,
             "allowed": match(t.registered_name),
             "changed": trust[t.registered_name] == "changed",
+            "marks": tool_marks(t.annotations),
+            "summary": _summary(t.description),
         }
         for t in tools
     ]
@@ -185,6 +213,7 @@ def tool_card(tool, change: dict | None, try_form_url: str, open_try: bool) -> d
         "description": _linebreaks(tool.description),
         "schema": pretty(tool.input_schema),
         "annotations": pretty(tool.annotations) if tool.annotations else "",
+        "marks": tool_marks(tool.annotations),
         "change": change,
         "open": open_try,
         "fields": schema_fields(tool.input_schema) if open_try else None,
@@ -221,6 +250,23 @@ def preview_row(name: str, config: dict, exists: bool) -> dict:
         "disabled": bool(config.get("disabled")),
         "replaces": exists,
     }
+
+
+def rule_examples(tool: Tool | None) -> list[str]:
+    """Rules for the Rules page's examples, written with one of this console's own tools (a
+    newcomer's console has no `fs` or `github` server); the generic ones when it has none."""
+    if tool is None:
+        return [
+            "deny mcp__fs__write_file(path:/etc/*)",
+            "ask mcp__github__*",
+            "allow mcp__fs__read_file(path:/srv/*)",
+        ]
+    prefix = tool.registered_name[: -len(tool.tool_name)]
+    props = list((tool.input_schema or {}).get("properties") or {})
+    said = [f"ask {tool.registered_name}", f"allow {prefix}*"]
+    if props:
+        said.insert(0, f"deny {tool.registered_name}({props[0]}:*secret*)")
+    return said
 
 
 def reply_message(call: ToolCall) -> str:
@@ -594,6 +640,7 @@ def confirmation_context(call: ToolCall) -> dict:
         "call": call,
         "item": live.pending_context([call])["pending_items"][0] if pending else None,
         "ending": "" if pending else _ending(call),
+        "result": result_view(call.result) if call.ended else None,
         "detail": True,
     }
 

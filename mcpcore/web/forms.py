@@ -194,7 +194,8 @@ class TokenForm(forms.Form):
     name = forms.CharField(max_length=100)
     # Left out (an old form, a script), a new token gets the least rights: agent.
     role = forms.ChoiceField(choices=TokenRole.choices, initial=TokenRole.AGENT, required=False, label="Role")
-    may_auto = forms.BooleanField(required=False, initial=True, label="May use auto mode")
+    # Unticked (SPEC 12.2): a token made with the defaults keeps every untrusted call waiting.
+    may_auto = forms.BooleanField(required=False, initial=False, label="May use auto mode")
     # None chosen: the token sees every tool; some: only theirs (SPEC 19), for its whole life.
     views = forms.ModelMultipleChoiceField(
         queryset=View.objects.order_by("name"), to_field_name="name", required=False, label="Views"

@@ -49,7 +49,7 @@ from .. import (
     toolviewstore,
 )
 from ..appauth import clients, grants
-from ..choices import CallStatus, QuestionMode, ServerState, TargetKind, TokenRole
+from ..choices import CallDecision, CallStatus, QuestionMode, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
     AppClient,
@@ -106,6 +106,7 @@ from .display import (
     reply_message,
     result_context,
     result_view,
+    rule_examples,
     rules_lines,
     storage,
     target_token_error,
@@ -602,7 +603,9 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
         except calls.CallError as exc:
             messages.error(request, f"Not applied: {exc.message}.")
         else:
-            messages.success(request, reply_message(call))
+            # A denial is not a success to flash in green (issue 47).
+            said = messages.info if call.decision == CallDecision.DENY else messages.success
+            said(request, reply_message(call))
     return _inbox_after(request)
 
 
@@ -776,7 +779,13 @@ def rules_page(request: HtmxRequest) -> HttpResponse:
         except files.ConfigFileError:
             text = ""
     in_force, problem = files.current_rules()
-    context = {"rules": in_force, "problem": problem, "text": text, "save_error": save_error}
+    context = {
+        "rules": in_force,
+        "problem": problem,
+        "text": text,
+        "save_error": save_error,
+        "examples": rule_examples(Tool.objects.order_by("registered_name").first()),
+    }
     return render(request, "mcpcore/rules.html", context, status=status)
 
 
@@ -820,6 +829,9 @@ def toolviews_page(request: HtmxRequest) -> HttpResponse:
         "form": form,
         "save_error": save_error,
         "editing": bool(form["name"]),
+        "tool_names": list(
+            Tool.objects.order_by("registered_name").values_list("registered_name", flat=True)
+        ),
     }
     return render(request, "mcpcore/toolviews.html", context, status=status)
 

@@ -203,6 +203,29 @@
     look();
   });
 
+  // Copy buttons (data-copy="<id of the text>"): the clipboard API where the page is a secure
+  // context (https, or 127.0.0.1), else the selection and the older copy command.
+  document.addEventListener("click", function (e) {
+    var button = e.target.closest && e.target.closest("button[data-copy]");
+    var source = button && document.getElementById(button.getAttribute("data-copy"));
+    if (!source) return;
+    var word = button.querySelector(".copy-word") || button;
+    var done = function () {
+      word.textContent = "Copied";
+      setTimeout(function () { word.textContent = "Copy"; }, 2000);
+    };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(source.innerText).then(done);
+      return;
+    }
+    var range = document.createRange();
+    range.selectNodeContents(source);
+    var selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+    if (document.execCommand("copy")) done();
+  });
+
   // Forms that ask first (data-confirm="question"): a removal that loses something.
   document.addEventListener("submit", function (e) {
     var question = e.target.getAttribute && e.target.getAttribute("data-confirm");

@@ -381,9 +381,9 @@ def test_it_shows_the_role_select_and_each_tokens_role_on_the_tokens_page(signed
     assert '<select name="role"' in html
     for value, label in (("agent", "Agent"), ("approver", "Approver"), ("admin", "Admin")):
         assert f'<option value="{value}"' in html and f">{label}</option>" in html
-        assert f'role-{value}">{label}</td>' in html
+        assert f'role-{value}" data-label="Role">{label}</td>' in html
     checkbox = re.search(r'<input type="checkbox" name="may_auto"[^>]*>', html).group(0)
-    assert "checked" in checkbox
+    assert "checked" not in checkbox  # SPEC 12.2: unticked by default
     signed_in.post("/tokens/create/", {"name": "ap", "role": "approver", "may_auto": "on"})
     assert ApiToken.objects.get(name="ap").role == "approver"
     signed_in.post("/tokens/create/", {"name": "plain"})

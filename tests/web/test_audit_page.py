@@ -55,8 +55,8 @@ def test_it_shows_each_change_newest_first_with_who_where_and_before_and_after(s
     html = signed_in.get("/audit/").content.decode()
     rows = re.findall(r'<tr id="audit-(\d+)">(.*?)</tr>', html, re.S)
     assert [r[1].split("</td>")[1].strip() for r in rows] == [
-        '<td class="nowrap">view.remove',
-        '<td class="nowrap">view.add',
+        '<td class="nowrap" data-label="Action">view.remove',
+        '<td class="nowrap" data-label="Action">view.add',
     ]
     assert "192.0.2.8" in rows[1][1] and "cli" in rows[0][1]
     assert "<summary>after</summary><pre>{\n  &quot;include&quot;: [\n    &quot;mcp__a__*&quot;" in rows[1][1]
@@ -84,7 +84,7 @@ def test_it_pages_newest_first_by_keyset_without_javascript(signed_in):
     first = signed_in.get("/audit/").content.decode()
     older = re.search(r'href="/audit/\?before=([^"]+)"', first).group(1)
     second = signed_in.get(f"/audit/?before={older}").content.decode()
-    objects = lambda html: re.findall(r'<td class="tool-name">(obj-\d+)</td>', html)  # noqa: E731
+    objects = lambda html: re.findall(r'<td class="tool-name" data-label="Object">(obj-\d+)</td>', html)  # noqa: E731
     assert objects(first)[:2] == [f"obj-{PAGE_SIZE * 2 + 4}", f"obj-{PAGE_SIZE * 2 + 3}"]
     assert objects(second)[0] == f"obj-{PAGE_SIZE + 4}" and len(objects(second)) == PAGE_SIZE
     newer = re.search(r'href="/audit/\?after=([^"]+)"', second).group(1)

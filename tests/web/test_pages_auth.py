@@ -31,9 +31,10 @@ def test_it_walks_every_page_of_the_console():
     # Everything under the site root that is not /v1, /login or /logout is one of these, but for
     # three routes without a session: one-tap links (the action token is the credential, SPEC
     # 17.2) and the JSON 404s MCP clients probe for (17.4), both checked below, and `/metrics`
-    # (an admin token or an allowed address, 18.3: tests/test_metrics.py).
+    # (an admin token or an allowed address, 18.3: tests/test_metrics.py), and `/favicon.ico`
+    # (a redirect to the static icon: tests/e2e/test_first_hour_browser.py).
     names = {p.name for p in get_resolver().url_patterns if isinstance(p, URLPattern)}
-    assert names == {"login", "logout", "one-tap", "well-known-not-found", "metrics"}
+    assert names == {"login", "logout", "one-tap", "well-known-not-found", "metrics", "favicon"}
 
 
 @pytest.mark.django_db

@@ -187,3 +187,23 @@ def test_it_takes_prompt_and_resource_rules_on_the_rules_page_and_lists_them_on_
     bad = signed_in.post("/rules/", {"rules": "deny resource:every"})
     assert bad.status_code == 400
     assert "invalid rule on line 1: a resource rule takes exactly one argument, uri" in bad.content.decode()
+
+
+def test_it_marks_each_tool_with_its_hints_next_to_its_checkbox(signed_in, every):
+    # Issue 47: readOnlyHint / destructiveHint were raw JSON in a closed disclosure below the
+    # checkboxes; a person trusting a tool sees them beside its checkbox and on its card.
+    Tool.objects.filter(tool_name="echo").update(annotations={"readOnlyHint": True})
+    Tool.objects.filter(tool_name="add").update(annotations={"destructiveHint": True, "openWorldHint": True})
+    html = signed_in.get("/servers/every/").content.decode()
+    form = re.search(r'<form id="trust-editor".*?</form>', html, re.S).group(0)
+    rows = dict(re.findall(r'<li><label class="check"><input[^>]*>([^<]+)</label>(.*?)</li>', form, re.S))
+    assert re.findall(r'class="pill mark[^"]*">([^<]+)<', rows["echo"]) == ["read-only"]
+    assert re.findall(r'class="pill mark[^"]*">([^<]+)<', rows["add"]) == ["destructive", "open world"]
+    assert "pill mark" not in rows["get-sum"]
+    assert "The echo tool." in rows["echo"]  # what it does, beside the box
+    card = re.search(
+        r'<article class="card tool" id="tool-\d+">\s*<header class="tool-head">\s*<h3 class="break">add</h3>.*?</header>',
+        html,
+        re.S,
+    ).group(0)
+    assert re.findall(r'class="pill mark[^"]*">([^<]+)<', card) == ["destructive", "open world"]

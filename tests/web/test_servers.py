@@ -92,7 +92,8 @@ def test_it_shows_connect_an_agent_on_the_servers_page_while_no_token_exists(sig
     r = signed_in.post("/tokens/create/", {"name": "my-agent", "role": "agent"})
     made = r.content.decode()
     assert 'id="config-claude"' in made and "claude mcp add --transport http" in made
-    assert 'href="#client-config"' in made  # the panel points at the snippets made with it
+    # The new token's panel holds the snippets; the steps are not repeated below it (issue 47).
+    assert 'id="connect-agent"' not in made
     assert ApiToken.objects.get(name="my-agent").role == TokenRole.AGENT
     assert "Connect an agent" not in signed_in.get("/").content.decode()
     ApiToken.objects.update(revoked_at=timezone.now())
@@ -125,3 +126,14 @@ def test_it_reconnects_and_says_what_became_of_each_server(signed_in, every):
     assert "Reconnect:" in html and "every:" in html and "other:" in html
     r = signed_in.post("/servers/every/reconnect/", headers={"HX-Request": "true"})
     assert 'id="server-rows"' in r.content.decode() and "every:" in r.content.decode()
+
+
+def test_it_shows_no_table_headers_nor_reconnect_all_with_no_server(signed_in, agenvoy_home, every):
+    # Issue 47: an empty Servers page showed seven column headers and a Reconnect all button
+    # with nothing behind them.
+    html = signed_in.get("/").content.decode()
+    assert ">Reconnect all</button>" in html and "<th>Transport</th>" in html
+    Server.objects.all().delete()
+    html = signed_in.get("/").content.decode()
+    assert ">Reconnect all</button>" not in html and "<th>Transport</th>" not in html
+    assert "No servers yet." in html
