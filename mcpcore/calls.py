@@ -535,6 +535,16 @@ async def respond(
     return call
 
 
+def agent_left(call_id, left: bool) -> bool:
+    """Mark a pending call as one its agent stopped waiting for (`left`), or as waited on
+    again; True when the row changed (the inbox is then told)."""
+    return bool(
+        ToolCall.objects.filter(id=call_id, status=CallStatus.PENDING)
+        .exclude(agent_left_at__isnull=not left)
+        .update(agent_left_at=timezone.now() if left else None)
+    )
+
+
 def finish(call_id, status: str, result: str, **fields) -> bool:
     """End a call once: a conditional update from pending/running, so no end is overwritten."""
     ended = callsql.end(call_id, {"status": status, "result": result, "ended_at": timezone.now(), **fields})

@@ -583,6 +583,10 @@ class ToolCall(models.Model):
     # For via=mcp: the upstream CallToolResult as wire JSON, when at most AGENVOY_RESULT_CAP
     # bytes, so the MCP client gets it as it was (SPEC 13.3).
     native_result = models.JSONField(null=True, blank=True)
+    # When the /v1 client that made this pending call hung up before it ended: the inbox says
+    # the agent stopped waiting (a person's answer still counts, and the agent may fetch the
+    # result later). Cleared when an agent waits on the call again.
+    agent_left_at = models.DateTimeField(null=True, blank=True)
     # The elicitation modes the MCP client that made the call declared (`form`, `url`, both
     # comma-separated, or none): a server's question is relayed to it when it can answer that
     # mode, else it goes to the inbox (SPEC 20.4).

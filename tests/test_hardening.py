@@ -248,6 +248,46 @@ async def test_it_drops_the_answer_of_a_call_whose_client_hung_up_without_a_trac
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
+async def test_it_tells_the_inbox_that_an_agent_stopped_waiting_until_one_waits_again(agenvoy_home):
+    # Issue 47, point 2: a curl given up on left its call in the inbox looking like a live one.
+    import json
+
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from mcpcore.models import ToolCall
+
+    secret = await sync_to_async(_server_with_a_tool_and_token)(agenvoy_home)
+    body = json.dumps({"name": "mcp__srv__tool", "arguments": {}, "mode": "confirm", "wait": 120})
+    leave = anyio.Event()
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_long_poll, "/v1/mcp/call", "", secret, leave, "POST", body.encode())
+            while not await ToolCall.objects.filter(status="pending").aexists():
+                await anyio.sleep(0.01)  # the call waits for a person
+            leave.set()
+    call = await ToolCall.objects.aget(status="pending")
+    assert call.agent_left_at is not None
+
+    def inbox() -> str:
+        client = Client()
+        client.force_login(User.objects.get_or_create(username="ann", is_superuser=True, is_staff=True)[0])
+        return client.get("/pending/").content.decode()
+
+    page = await sync_to_async(inbox)()
+    assert "The agent stopped waiting at" in page
+    assert f"GET /v1/mcp/calls/{call.id}" in page
+
+    with anyio.fail_after(20):  # the agent comes back for its result
+        sent = await _long_poll(f"/v1/mcp/calls/{call.id}", "wait=0.2", secret, None)
+    assert sent[0]["status"] == 200
+    assert (await ToolCall.objects.aget(id=call.id)).agent_left_at is None
+    assert "The agent stopped waiting" not in await sync_to_async(inbox)()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
 async def test_it_answers_a_long_poll_whose_client_stays():
     import json
 

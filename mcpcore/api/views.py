@@ -245,8 +245,18 @@ async def mcp_call(request: ApiRequest) -> JsonResponse:
     await calls.submit(call, local)
     answered = await _until_gone(request, calls.wait(call, wait, local=local), wait)
     if answered is None:  # the client hung up: the answer goes nowhere (the call goes on)
-        return JsonResponse({}, status=202)
+        return await _left(call.id)
     return _answer(answered)
+
+
+async def _left(call_id) -> JsonResponse:
+    """The client hung up on a call still pending: the inbox says its agent stopped waiting
+    (the call goes on; the answer goes nowhere)."""
+    from .. import calls, db
+
+    if await db.write(calls.agent_left, call_id, True):
+        await calls.announce(str(call_id))
+    return JsonResponse({}, status=202)
 
 
 def _answer(call, full: bool = False) -> JsonResponse:
@@ -269,17 +279,20 @@ async def _until_gone(request: ApiRequest, waiting, seconds: float):
 
 
 async def _call_answer(request: ApiRequest, call_id, wait: float, full: bool = False) -> JsonResponse:
-    from .. import calls
+    from .. import calls, db
 
     call = await calls.get(call_id)
     if call is None:
         raise ApiError("call not found", 404)
-    call = await _until_gone(request, calls.wait(call, wait, local=calls.local_supervisor(request)), wait)
-    if call is None:
-        return JsonResponse({}, status=202)
+    if wait > 0 and call.agent_left_at is not None and await db.write(calls.agent_left, call.id, False):
+        await calls.announce(str(call.id))  # an agent waits on it again
+    waited = await _until_gone(request, calls.wait(call, wait, local=calls.local_supervisor(request)), wait)
+    if waited is None:
+        return await _left(call.id)
+    call = waited
     if not full:
         return _answer(call)
-    from .. import db, questions
+    from .. import questions
 
     # The history keeps the questions its servers asked, and their answers (SPEC 20.4).
     asked = await db.run(questions.of_call, call.id, request.api_token.role == TokenRole.AGENT)
