@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests need (Chromium for browser tests, Redis and PostgreSQL
 # for the scale-out tests, libfaketime to run serve's clock ahead in the retention tests,
-# Prometheus to scrape a console in the metrics tests), only those that are missing. Services are never started here: the
+# Prometheus to scrape a console in the metrics tests, bubblewrap for the sandboxed servers of
+# SPEC 26), only those that are missing. Services are never started here: the
 # test fixtures start their own on free ports in temporary folders.
 set -eu
 need=()
@@ -10,6 +11,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v faketime >/dev/null 2>&1 || need+=(faketime)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "error: missing system packages: ${need[*]} (install them with your package manager)" >&2

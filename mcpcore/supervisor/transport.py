@@ -156,7 +156,8 @@ async def sandbox_ready(sandbox: Sandbox) -> str:
     if bwrap is None:
         raise SandboxUnavailable("bwrap not found (install the Debian package bubblewrap)")
     if bwrap not in _USABLE:
-        probe = walls.bwrap_command(bwrap, "true", [], path=os.environ.get("PATH"))
+        # `true` where the system keeps it, whatever the console's PATH says.
+        probe = walls.bwrap_command(bwrap, "true", [], path=os.pathsep.join(["/usr/bin", "/bin"]))
         try:
             with anyio.fail_after(PROBE_TIMEOUT):
                 done = await anyio.run_process(probe, check=False, stdin=subprocess.DEVNULL)

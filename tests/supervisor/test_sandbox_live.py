@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.live import TIME_SERVER, descendants, everything_stdio, our_server, wait_until
+from tests.live import TIME_SERVER, descendants, everything_stdio, our_server, server_pids, wait_until
 
 pytestmark = pytest.mark.live
 
@@ -163,3 +163,45 @@ def test_it_leaves_no_sandboxed_process_when_the_console_is_killed(console):
         for proc in free:
             if proc.is_running():
                 os.kill(proc.pid, signal.SIGKILL)
+
+
+def test_it_never_runs_a_sandboxed_server_without_a_working_bubblewrap(console, tmp_path):
+    """bwrap missing, bwrap failing and a `sandbox` value that can't be used: the server is not
+    started, its Error says why, and the unsandboxed server beside it is unaffected."""
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    servers = {
+        "jailed": {**our_server("probe.py"), "sandbox": True},
+        "garbled": {**our_server("probe.py"), "sandbox": "yes"},
+        "free": our_server("probe.py"),
+    }
+    c = console(servers, PATH=str(fake))
+    c.wait_connected("free")
+    status = wait_until(
+        lambda: (s := c.status())["jailed"]["state"] == "error" and s["garbled"]["state"] == "error" and s,
+        30,
+        what="both sandboxed servers refused",
+    )
+    assert (
+        status["jailed"]["Error"]
+        == "sandbox unavailable: bwrap not found (install the Debian package bubblewrap)"
+    )
+    assert status["garbled"]["Error"] == (
+        "sandbox unavailable: server.sandbox must be true, false or an object of read, write and network"
+    )
+    assert status["jailed"]["sandbox"] is True and status["garbled"]["sandbox"] is True
+    assert not any(n.startswith(("mcp__jailed__", "mcp__garbled__")) for n in c.tools())
+    assert len(server_pids(c, "probe.py")) == 1  # the unsandboxed one only
+    c.stop()
+    # A bwrap that can't make namespaces (a kernel or container that forbids them).
+    (fake / "bwrap").write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n"
+    )
+    (fake / "bwrap").chmod(0o755)
+    c = console(servers, PATH=str(fake))
+    c.wait_connected("free")
+    status = wait_until(
+        lambda: (s := c.status())["jailed"]["state"] == "error" and s, 30, what="the sandboxed server refused"
+    )
+    assert status["jailed"]["Error"] == "sandbox unavailable: bwrap: No permissions to create a new namespace"
+    assert len(server_pids(c, "probe.py")) == 1
