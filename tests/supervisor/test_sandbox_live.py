@@ -205,3 +205,23 @@ def test_it_never_runs_a_sandboxed_server_without_a_working_bubblewrap(console, 
     )
     assert status["jailed"]["Error"] == "sandbox unavailable: bwrap: No permissions to create a new namespace"
     assert len(server_pids(c, "probe.py")) == 1
+
+
+def test_it_reconnects_a_server_whose_sandbox_is_changed(console):
+    c = console({"probe": our_server("probe.py")})
+    c.wait_connected("probe")
+    assert any("manage.py serve" in line for line in _ok(_tool(c, "probe", "processes", {})).splitlines())
+    r = c.post("/v1/mcp", {"name": "probe", "server": {**our_server("probe.py"), "sandbox": True}})
+    assert r.status_code == 200, r.text
+    assert c.status()["probe"]["sandbox"] is True
+
+    def walled_in() -> bool:
+        # The old session may answer until the new one is up: wait for the sandboxed one.
+        body = _tool(c, "probe", "processes", {})
+        return body["status"] == "done" and not any(
+            "manage.py" in line for line in body["result"].splitlines()
+        )
+
+    wait_until(walled_in, 30, what="the server reconnected in its sandbox")
+    edits = [json.loads(line) for line in c.get("/v1/audit", action="server.edit").text.splitlines()]
+    assert [(e["object"], e["after"]["sandbox"]) for e in edits] == [("probe", True)], edits

@@ -10,6 +10,7 @@ import pytest
 
 from mcpcore import calls
 from mcpcore.models import Server, Tool, ToolCall
+from tests.rows import write_servers
 from tests.web.pages import PNG_URL, allow_lines
 
 pytestmark = pytest.mark.django_db
@@ -187,3 +188,15 @@ def test_it_takes_prompt_and_resource_rules_on_the_rules_page_and_lists_them_on_
     bad = signed_in.post("/rules/", {"rules": "deny resource:every"})
     assert bad.status_code == 400
     assert "invalid rule on line 1: a resource rule takes exactly one argument, uri" in bad.content.decode()
+
+
+def test_it_says_sandbox_on_for_every_stdio_server_under_agenvoy_sandbox_all(
+    signed_in, agenvoy_home, settings
+):
+    write_servers(agenvoy_home, {"plain": {"command": "x"}, "out": {"command": "x", "sandbox": False}})
+    assert "Sandbox: off" in signed_in.get("/servers/plain/").content.decode()
+    settings.AGENVOY_SANDBOX = "all"
+    page = signed_in.get("/servers/plain/").content.decode()
+    assert "Sandbox: on" in page and "reads only the system and its own files" in page
+    assert "writes only its private /tmp and home; no network" in page
+    assert "Sandbox: off" in signed_in.get("/servers/out/").content.decode()
