@@ -147,7 +147,7 @@ def _interpreter(program: str, path: str | None) -> str | None:
 
 def _uncovered(paths: Sequence[str]) -> list[str]:
     """`paths` without those the system binds already show (or that repeat one another)."""
-    covered = [p for p in [*SYSTEM, *glob.glob("/lib*")]]
+    covered = [*SYSTEM, *glob.glob("/lib*")]
     out: list[str] = []
     for p in paths:
         p = os.path.normpath(p)
