@@ -8,6 +8,7 @@ EVERYTHING := tests/servers/node_modules/@modelcontextprotocol/server-everything
 .PHONY: run test setup setup-test bench e2e lint clean
 
 run: setup
+	@scripts/install-bubblewrap.sh
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py bootstrap_admin
 	$(PY) manage.py serve --host 127.0.0.1 --port 8000

@@ -225,6 +225,10 @@ AGENVOY_OAUTH_ACCESS_SECONDS = _number(
 AGENVOY_OAUTH_ALLOW_PRIVATE = _bool("AGENVOY_OAUTH_ALLOW_PRIVATE", False)
 # Dynamic client registration (`POST /register`); off, Client ID Metadata Documents remain.
 AGENVOY_OAUTH_REGISTRATION = _bool("AGENVOY_OAUTH_REGISTRATION", True)
+# SPEC 26: `all` runs every stdio server under bubblewrap unless its entry says "sandbox": false.
+AGENVOY_SANDBOX = os.environ.get("AGENVOY_SANDBOX", "").strip().lower()
+if AGENVOY_SANDBOX not in ("", "all"):
+    raise ImproperlyConfigured(f"AGENVOY_SANDBOX must be all or left unset, got {AGENVOY_SANDBOX!r}")
 if AGENVOY_CALL_MAX_SECONDS < AGENVOY_CALL_TIMEOUT:
     raise ImproperlyConfigured("AGENVOY_CALL_MAX_SECONDS must not be below AGENVOY_CALL_TIMEOUT")
 

@@ -39,6 +39,7 @@ BENCHES = [
     "audit",
     "mcp_lists",
     "apptokens",
+    "sandbox",
 ]
 
 

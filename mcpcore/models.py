@@ -10,10 +10,11 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from . import names, toolviews
+from . import names, schemas, toolviews
 from .choices import (
     CALL_ENDED,
     AuditAction,
@@ -112,6 +113,14 @@ class Server(models.Model):
     def is_connecting(self) -> bool:
         return self.state == ServerState.CONNECTING
 
+    @property
+    def sandbox(self) -> schemas.Sandbox | None:
+        """The walls this server runs in (SPEC 26), None when it runs unsandboxed; only a stdio
+        server is ever sandboxed, and `AGENVOY_SANDBOX=all` sandboxes those left unsaid."""
+        if self.transport != Transport.STDIO:
+            return None
+        return schemas.sandbox_of(self.config.get("sandbox"), settings.AGENVOY_SANDBOX == "all")
+
     @staticmethod
     def hash_config(config: dict) -> str:
         import json
@@ -144,6 +153,7 @@ class Server(models.Model):
             "protocol": self.protocol_version,
             "last_refresh": iso(self.last_refresh),
             "worker": self.owner,
+            "sandbox": self.sandbox is not None,
         }
         if oauth is not None:
             item["oauth"] = oauth

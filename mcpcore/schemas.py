@@ -15,6 +15,7 @@ door, and its operation in `api/openapi.py` (beside its right in `api/auth.RIGHT
 import datetime
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
@@ -409,6 +410,73 @@ class OAuthConfig(Contract):
         return self
 
 
+_PATHS = "server.sandbox.{} must be a list of absolute paths"
+
+
+def _absolute_paths(value: list[str]) -> bool:
+    return all(p.startswith("/") and "\0" not in p for p in value)
+
+
+class SandboxConfig(Contract):
+    """A stdio server's console-only `sandbox` object (SPEC 26): what it may read and write
+    beside its own files, and whether it has the network."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    read: Annotated[
+        list[str], Strict(), Message(_PATHS.format("read")), _check(_absolute_paths, _PATHS.format("read"))
+    ] = []
+    write: Annotated[
+        list[str], Strict(), Message(_PATHS.format("write")), _check(_absolute_paths, _PATHS.format("write"))
+    ] = []
+    network: Annotated[bool, Strict(), Message("server.sandbox.network must be true or false")] = False
+
+
+_SANDBOX = "server.sandbox must be true, false or an object of read, write and network"
+
+
+def _sandbox_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, dict):
+        raise refuse(_SANDBOX)
+    try:
+        SandboxConfig.check(value)
+    except InputError as exc:
+        raise refuse(exc.message) from None
+    return value
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """The walls a stdio server runs in (SPEC 26), or, with `problem`, why its `sandbox` value in
+    `mcp.json` can't be used: it then does not start (it never runs unsandboxed instead)."""
+
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    network: bool = False
+    problem: str = ""
+
+
+def sandbox_of(value: Any, everyone: bool) -> Sandbox | None:
+    """A stdio server's sandbox from its `sandbox` value as written (None when left out), or
+    None when it runs unsandboxed; `everyone` is `AGENVOY_SANDBOX=all` (the server must say
+    `"sandbox": false` to stay out)."""
+    if value is None:
+        return Sandbox() if everyone else None
+    if value is False:
+        return None
+    if value is True:
+        return Sandbox()
+    if not isinstance(value, dict):
+        return Sandbox(problem=_SANDBOX)
+    try:
+        config = SandboxConfig.check(value)
+    except InputError as exc:
+        return Sandbox(problem=exc.message)
+    return Sandbox(tuple(config.read), tuple(config.write), config.network)
+
+
 class ServerConfig(Contract):
     """One server of `mcp.json`, from `/v1`, the server form or an import. Keys it does not
     know are kept (another tool's, written beside ours)."""
@@ -433,6 +501,14 @@ class ServerConfig(Contract):
         Field(strict=True, ge=1, description="seconds a call may take; left out, the console's default"),
         Message("server.timeout must be a number of seconds, at least 1"),
     ] = _LEFT_OUT
+    sandbox: Annotated[
+        Any,
+        PlainValidator(_sandbox_value),
+        WithJsonSchema(
+            {"anyOf": [{"type": "boolean"}, SandboxConfig.model_json_schema()]},
+        ),
+        Field(description="stdio only: run the server under bubblewrap (SPEC 26)"),
+    ] = _LEFT_OUT
     oauth: Annotated[
         OAuthConfig,
         Message("server.oauth must be an object"),
@@ -445,6 +521,16 @@ class ServerConfig(Contract):
             self.type == "stdio" or not (isinstance(self.url, str) and self.url.strip())
         ):
             raise refuse("server.oauth applies to streamable-http and sse servers only")
+        return self
+
+    @model_validator(mode="after")
+    def _sandbox_for_stdio(self) -> Self:
+        # Only a process the console starts can be walled in; `false` is harmless anywhere.
+        if self.sandbox not in (None, False) and (
+            self.type in ("streamable-http", "sse", "http")
+            or (self.type != "stdio" and isinstance(self.url, str) and self.url.strip())
+        ):
+            raise refuse("server.sandbox applies to stdio servers only")
         return self
 
     @model_validator(mode="before")

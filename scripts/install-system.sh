@@ -2,8 +2,9 @@
 # Installs the Debian packages the tests need (Chromium for browser tests, Redis and PostgreSQL
 # for the scale-out tests, libfaketime to run serve's clock ahead in the retention tests,
 # Prometheus to scrape a console in the metrics tests, nginx and Caddy to run docs/deploy.md's
-# proxies in front of a console in the sign-in tests), only those that are missing. Services are
-# never started here: the test fixtures start their own on free ports in temporary folders.
+# proxies in front of a console in the sign-in tests, bubblewrap for the sandboxed servers of
+# SPEC 26), only those that are missing. Services are never started here: the test fixtures
+# start their own on free ports in temporary folders.
 set -eu
 need=()
 [ -x /usr/bin/chromium ] || need+=(chromium)
@@ -13,6 +14,7 @@ command -v faketime >/dev/null 2>&1 || need+=(faketime)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
 command -v caddy >/dev/null 2>&1 || need+=(caddy)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "error: missing system packages: ${need[*]} (install them with your package manager)" >&2

@@ -58,9 +58,11 @@ BAD = [
     ("AGENVOY_METRICS_ALLOW", "127.0.0.1/32,localhost"),
     ("AGENVOY_SMTP_URL", "mail.example"),
     ("AGENVOY_SMTP_URL", "smtp://user:pw@mail.example:port"),
+    ("AGENVOY_SANDBOX", "some"),
 ]
 GOOD = {
     "AGENVOY_POLL_SECONDS": "1.5",
+    "AGENVOY_SANDBOX": "all",
     "AGENVOY_LIST_TIMEOUT": "30",
     "AGENVOY_CALL_TIMEOUT": "1",
     "AGENVOY_CALL_MAX_SECONDS": "600",

@@ -135,6 +135,10 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
                             "protocol": _STR,
                             "last_refresh": {"type": ["string", "null"], "format": "date-time"},
                             "worker": _STR,
+                            "sandbox": {
+                                "type": "boolean",
+                                "description": "a stdio server run under bubblewrap (SPEC 26)",
+                            },
                             "oauth": {"type": "object", "description": "only on servers that use OAuth"},
                         },
                         ("Name", "Transport", "Connected", "Error", "state", "tools", "prompts", "resources"),

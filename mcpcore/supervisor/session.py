@@ -348,7 +348,12 @@ class ServerSession:
         tag = f"{self.sup.name}:{self.name}:{uuid.uuid4().hex[:8]}"
         self.secrets = transport.secret_values(server.config)
         self.provider = await self._authorized(server)
-        target = transport.make_target(server.config, server.transport, errlog, tag, auth=self.provider)
+        walls = server.sandbox
+        # Never unsandboxed instead: no bwrap that works, no process at all (SPEC 26).
+        sandbox = (walls, await transport.sandbox_ready(walls)) if walls is not None else None
+        target = transport.make_target(
+            server.config, server.transport, errlog, tag, auth=self.provider, sandbox=sandbox
+        )
         try:
             await self._connected(server, target)
         except Exception:

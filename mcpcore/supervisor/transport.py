@@ -4,17 +4,22 @@ files, and `redact` keeps them out of the errors the console stores and logs."""
 
 import os
 import re
+import shutil
+import subprocess
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import IO, Any
 
+import anyio
 import httpx2
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from ..choices import Transport
+from ..schemas import Sandbox
+from . import sandbox as walls
 from . import stdio
 from .stdio import stdio_transport
 
@@ -129,13 +134,77 @@ _PASS_THROUGH = {
 }
 
 
+class SandboxUnavailable(Exception):
+    """A sandboxed server that can't be started in its sandbox (SPEC 26): bubblewrap missing or
+    unusable, or the walls as configured can't be set up. It is not started at all."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"sandbox unavailable: {why}")
+
+
+PROBE_TIMEOUT = 10.0  # seconds bubblewrap gets to run `true` in a sandbox
+_USABLE: set[str] = set()  # the bwrap programs seen to work in this process
+
+
+async def sandbox_ready(sandbox: Sandbox) -> str:
+    """The `bwrap` to run `sandbox`'s server with: found on PATH and seen to start a sandbox
+    once in this process (a failure is probed again at the next connect, so installing it is
+    enough). SandboxUnavailable otherwise."""
+    if sandbox.problem:
+        raise SandboxUnavailable(sandbox.problem)
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SandboxUnavailable("bwrap not found (install the Debian package bubblewrap)")
+    if bwrap not in _USABLE:
+        # `true` where the system keeps it, whatever the console's PATH says.
+        probe = walls.bwrap_command(bwrap, "true", [], path=os.pathsep.join(["/usr/bin", "/bin"]))
+        try:
+            with anyio.fail_after(PROBE_TIMEOUT):
+                done = await anyio.run_process(probe, check=False, stdin=subprocess.DEVNULL)
+        except TimeoutError:
+            raise SandboxUnavailable(f"bwrap did not start a sandbox within {PROBE_TIMEOUT:g} s") from None
+        if done.returncode != 0:
+            said = done.stderr.decode(errors="replace").strip().splitlines()
+            raise SandboxUnavailable(said[-1] if said else f"bwrap exited with {done.returncode}")
+        _USABLE.add(bwrap)
+    return bwrap
+
+
+def sandboxed(params: StdioServerParameters, sandbox: Sandbox, bwrap: str) -> StdioServerParameters:
+    """The same server, started by bubblewrap inside its walls, with its environment as it
+    would have it unsandboxed (HOME the private home)."""
+    env = params.env or {}
+    try:
+        argv = walls.bwrap_command(
+            bwrap,
+            params.command,
+            params.args,
+            read=sandbox.read,
+            write=sandbox.write,
+            network=sandbox.network,
+            path=env.get("PATH") or os.environ.get("PATH"),
+        )
+    except walls.SandboxError as exc:
+        raise SandboxUnavailable(str(exc)) from None
+    return StdioServerParameters(command=argv[0], args=argv[1:], env=walls.sandbox_env(env))
+
+
 def make_target(
-    config: dict, transport: str, errlog: IO[str], tag: str = "", auth: httpx2.Auth | None = None
+    config: dict,
+    transport: str,
+    errlog: IO[str],
+    tag: str = "",
+    auth: httpx2.Auth | None = None,
+    sandbox: tuple[Sandbox, str] | None = None,
 ):
     """The transport object the Client connects through; `auth` (an OAuth provider, SPEC 16)
-    signs the HTTP requests of an OAuth server."""
+    signs the HTTP requests of an OAuth server; `sandbox` (the walls and the `bwrap` that
+    `sandbox_ready` gave) puts a stdio server in a sandbox (SPEC 26)."""
     if transport == Transport.STDIO:
-        return stdio_transport(stdio_params(config, tag), errlog)
+        params = stdio_params(config, tag)
+        if sandbox is not None:
+            params = sandboxed(params, *sandbox)
+        return stdio_transport(params, errlog)
     # Not expanded (SPEC 12.3): a URL built from the environment could send a header's secret
     # to a host nobody wrote down.
     url = config["url"].strip()

@@ -38,6 +38,25 @@ def _lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+SANDBOX_CHOICES = [
+    ("", "as the console says (AGENVOY_SANDBOX)"),
+    ("on", "on"),
+    ("off", "off"),
+]
+
+
+def _sandbox_walls(data: dict) -> dict:
+    """The sandbox object of a stdio server's form: only what was given."""
+    walls: dict = {}
+    for key in ("read", "write"):
+        paths = _lines(data.get(f"sandbox_{key}") or "")
+        if paths:
+            walls[key] = paths
+    if data.get("sandbox_network"):
+        walls["network"] = True
+    return walls
+
+
 class ServerForm(forms.Form):
     """One server of mcp.json. Secret values (env, headers) are write-only: the edit form shows
     the keys with empty values, and an empty value keeps what is stored."""
@@ -65,6 +84,27 @@ class ServerForm(forms.Form):
         required=False, min_value=1, label="Call timeout (seconds)", help_text="Empty: the console's default."
     )
     disabled = forms.BooleanField(required=False, help_text="Kept in mcp.json but not connected.")
+    # SPEC 26: left out, the console's AGENVOY_SANDBOX decides; on or off is written down.
+    sandbox = forms.ChoiceField(
+        choices=SANDBOX_CHOICES,
+        required=False,
+        help_text="Runs the server under bubblewrap: it reads the system and its own files, nothing else.",
+    )
+    sandbox_read = forms.CharField(
+        required=False,
+        label="Sandbox: may read",
+        widget=forms.Textarea(attrs={"rows": 2, "wrap": "off"}),
+        help_text="Absolute paths, one per line.",
+    )
+    sandbox_write = forms.CharField(
+        required=False,
+        label="Sandbox: may write",
+        widget=forms.Textarea(attrs={"rows": 2, "wrap": "off"}),
+        help_text="Absolute paths, one per line.",
+    )
+    sandbox_network = forms.BooleanField(
+        required=False, label="Sandbox: network", help_text="Without it the server reaches no network at all."
+    )
 
     def __init__(self, *args, editing: bool = False, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -92,6 +132,8 @@ class ServerForm(forms.Form):
         transport = data.get("transport")
         if transport == Transport.STDIO and not (data.get("command") or "").strip():
             self.add_error("command", "A stdio server needs a command.")
+        elif transport == Transport.STDIO and data.get("sandbox") != "on" and _sandbox_walls(data):
+            self.add_error("sandbox", "Paths to read and write and the network apply when the sandbox is on.")
         elif transport in (Transport.STREAMABLE_HTTP, Transport.SSE) and not (data.get("url") or "").strip():
             self.add_error("url", "An HTTP server needs a URL.")
         if not self.errors:
@@ -112,6 +154,10 @@ class ServerForm(forms.Form):
                 config["args"] = args
             if data.get("env"):
                 config["env"] = data["env"]
+            if data.get("sandbox") == "on":
+                config["sandbox"] = _sandbox_walls(data) or True
+            elif data.get("sandbox") == "off":
+                config["sandbox"] = False
         else:
             config["url"] = data["url"].strip()
             if data.get("headers"):
@@ -132,6 +178,8 @@ class ServerForm(forms.Form):
         args = args if isinstance(args, list) else []
         from ..models import transport_of
 
+        sandbox = config.get("sandbox")
+        walls = sandbox if isinstance(sandbox, dict) else {}
         return {
             "name": name,
             "transport": transport_of(config) or Transport.STDIO,
@@ -142,6 +190,10 @@ class ServerForm(forms.Form):
             "headers": "".join(f"{k}: \n" for k in headers),
             "timeout": config.get("timeout"),
             "disabled": bool(config.get("disabled")),
+            "sandbox": "" if sandbox is None else "off" if sandbox is False else "on",
+            "sandbox_read": "\n".join(str(p) for p in walls.get("read") or []),
+            "sandbox_write": "\n".join(str(p) for p in walls.get("write") or []),
+            "sandbox_network": walls.get("network") is True,
         }
 
 

@@ -70,3 +70,27 @@ def test_it_counts_a_real_servers_prompts_and_resources(console):
     c.wait_connected("every")
     item = c.status()["every"]
     assert (item["prompts"], item["resources"]) == (4, 9)  # 7 resources and 2 templates
+
+
+@pytest.mark.django_db
+def test_it_says_which_servers_run_sandboxed(api, agenvoy_home, settings):
+    """SPEC 26: `"sandbox"` per server; `AGENVOY_SANDBOX=all` sandboxes the stdio servers that
+    don't say `"sandbox": false`, and never an HTTP server (the console does not run it)."""
+    write_servers(
+        agenvoy_home,
+        {
+            "walled": {"command": "x", "sandbox": {"read": ["/srv"]}},
+            "plain": {"command": "x"},
+            "out": {"command": "x", "sandbox": False},
+            "remote": {"url": "https://example.com/mcp"},
+        },
+    )
+
+    def sandboxed() -> dict:
+        r = api.get("/v1/mcp/status")
+        assert r.status_code == 200
+        return {s["Name"]: s["sandbox"] for s in r.json()["servers"]}
+
+    assert sandboxed() == {"walled": True, "plain": False, "out": False, "remote": False}
+    settings.AGENVOY_SANDBOX = "all"
+    assert sandboxed() == {"walled": True, "plain": True, "out": False, "remote": False}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mcpcore.models import Server
+from mcpcore.models import AuditEntry, Server
 from tests.rows import write_servers
 
 pytestmark = pytest.mark.django_db
@@ -95,3 +95,40 @@ def test_it_keeps_unknown_keys_on_edit(signed_in, agenvoy_home):
         "command": "y",
         "x-note": "mine",
     }
+
+
+def test_it_sets_the_sandbox_from_the_form_and_shows_it_back(signed_in, agenvoy_home, tmp_path):
+    """SPEC 26: the sandbox fields of the form are the `sandbox` key, and an edit of them is
+    an audited server edit."""
+    base = {"name": "walled", "transport": "stdio", "command": "node", "args": "srv.js"}
+    r = signed_in.post(
+        "/add-server/",
+        {**base, "sandbox": "on", "sandbox_read": "/srv/data\n\n/opt/models\n", "sandbox_write": "/srv/out"},
+    )
+    assert r.status_code == 302, r.content.decode()[:2000]
+    servers = lambda: json.loads((agenvoy_home / "mcp.json").read_text())["servers"]  # noqa: E731
+    assert servers()["walled"]["sandbox"] == {"read": ["/srv/data", "/opt/models"], "write": ["/srv/out"]}
+    html = signed_in.get("/servers/walled/edit/").content.decode()
+    assert '<option value="on" selected>' in html and "/srv/data\n/opt/models</textarea>" in html
+    detail = signed_in.get("/servers/walled/").content.decode()
+    assert "Sandbox: on" in detail
+    assert "reads /srv/data, /opt/models; writes /srv/out; no network" in detail
+    r = signed_in.post("/servers/walled/edit/", {**base, "sandbox": "on", "sandbox_network": "on"})
+    assert r.status_code == 302 and servers()["walled"]["sandbox"] == {"network": True}
+    assert "with network" in signed_in.get("/servers/walled/").content.decode()
+    r = signed_in.post("/servers/walled/edit/", {**base, "sandbox": "on"})
+    assert r.status_code == 302 and servers()["walled"]["sandbox"] is True
+    r = signed_in.post("/servers/walled/edit/", {**base, "sandbox": "off"})
+    assert r.status_code == 302 and servers()["walled"]["sandbox"] is False
+    assert "Sandbox: off" in signed_in.get("/servers/walled/").content.decode()
+    r = signed_in.post("/servers/walled/edit/", base)
+    assert r.status_code == 302 and "sandbox" not in servers()["walled"]
+    edits = AuditEntry.objects.filter(action="server.edit", object="walled")
+    assert edits.count() == 4
+    # Paths without the sandbox on, and a relative path, are refused with the reason.
+    r = signed_in.post("/servers/walled/edit/", {**base, "sandbox_read": "/srv/data"})
+    assert r.status_code == 400 and "apply when the sandbox is on" in r.content.decode()
+    r = signed_in.post("/servers/walled/edit/", {**base, "sandbox": "on", "sandbox_write": "out"})
+    assert (
+        r.status_code == 400 and "server.sandbox.write must be a list of absolute paths" in r.content.decode()
+    )

@@ -10,6 +10,7 @@ import pytest
 
 from mcpcore import calls
 from mcpcore.models import Server, Tool, ToolCall
+from tests.rows import write_servers
 from tests.web.pages import PNG_URL, allow_lines
 
 pytestmark = pytest.mark.django_db
@@ -207,3 +208,15 @@ def test_it_marks_each_tool_with_its_hints_next_to_its_checkbox(signed_in, every
         re.S,
     ).group(0)
     assert re.findall(r'class="pill mark[^"]*">([^<]+)<', card) == ["destructive", "open world"]
+
+
+def test_it_says_sandbox_on_for_every_stdio_server_under_agenvoy_sandbox_all(
+    signed_in, agenvoy_home, settings
+):
+    write_servers(agenvoy_home, {"plain": {"command": "x"}, "out": {"command": "x", "sandbox": False}})
+    assert "Sandbox: off" in signed_in.get("/servers/plain/").content.decode()
+    settings.AGENVOY_SANDBOX = "all"
+    page = signed_in.get("/servers/plain/").content.decode()
+    assert "Sandbox: on" in page and "reads only the system and its own files" in page
+    assert "writes only its private /tmp and home; no network" in page
+    assert "Sandbox: off" in signed_in.get("/servers/out/").content.decode()
