@@ -164,6 +164,14 @@ def main() -> int:
         if os.environ.get("BENCH_AB_KEEP"):
             print(f"kept: {work} (remove with: git worktree remove --force {tree})")
         else:
+            # The links to this tree's servers go first: nothing of theirs is removed with BASE.
+            for link in (
+                tree / ".venv-servers",
+                tree / "tests/servers/node_modules",
+                tree / "servers/node_modules",
+            ):
+                if link.is_symlink():
+                    link.unlink()
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
             shutil.rmtree(work, ignore_errors=True)
     rows = compare(runs)
