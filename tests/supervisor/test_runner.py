@@ -153,7 +153,9 @@ async def test_it_does_not_retry_a_tool_error(agenvoy_home, monkeypatch):
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
-async def test_it_hands_no_database_job_to_the_thread_for_a_call_that_asked_nothing(agenvoy_home, monkeypatch):
+async def test_it_hands_no_database_job_to_the_thread_for_a_call_that_asked_nothing(
+    agenvoy_home, monkeypatch
+):
     # A hand-off to the database thread costs about 1.2 ms of CPU per call (issue 39): only a
     # call whose server asked a question has questions to close when it ends.
     dying, _seen = server_that_dies(times=0)
