@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SERVERS_VENV := .venv-servers
 EVERYTHING := tests/servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js
 
-.PHONY: run test setup setup-test bench e2e lint clean
+.PHONY: run test setup setup-test bench bench-ab e2e lint clean
 
 run: setup
 	@scripts/install-bubblewrap.sh
@@ -24,6 +24,12 @@ test: setup setup-test
 
 bench: setup setup-test
 	$(PY) bench/run.py
+
+# The call path's benchmarks of this tree against BASE, alternately in one run (bench/README.md).
+CYCLES ?= 3
+bench-ab: setup setup-test
+	@[ -n "$(BASE)" ] || { echo "usage: make bench-ab BASE=<commit> [CYCLES=3]" >&2; exit 2; }
+	$(PY) bench/ab.py $(BASE) --cycles $(CYCLES)
 
 setup: $(VENV)/.installed
 

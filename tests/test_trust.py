@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import sqlite3
+import time
 
 import pytest
 
@@ -131,6 +132,26 @@ def test_it_pins_a_tool_trusted_by_another_process_editing_allow_tool(console):
     replace_file(c.home / "allow_tool", "mcp__rug__read_notes\n")
     wait_until(lambda: pins(c) == {NOTES}, 2.5, 0.05, what="pinned again")
     assert trust(c, NOTES) == "trusted"
+
+
+def test_it_runs_a_tool_another_program_trusted_as_soon_as_the_allowlist_lists_it(console):
+    # Issue 39.7: the entry listed by GET /v1/allowlist, a call of the tool right after waited
+    # for a person, its trust seen before its pin and never again after.
+    c = rug_console(console)
+    assert trust(c, NOTES) == "untrusted"
+    replace_file(c.home / "allow_tool", f"{NOTES}\n")  # as the Agenvoy CLI writes it
+
+    def listed() -> bool:
+        return NOTES in c.get("/v1/allowlist").json()["tool"]["entries"]
+
+    wait_until(listed, 2.0, 0.02, what="the entry listed by GET /v1/allowlist")  # SPEC 2.2's 2 s
+    sent = time.monotonic()
+    r = c.call(NOTES, {}, mode="confirm", wait=30)
+    answered = time.monotonic()
+    assert r.status_code == 200 and r.json()["status"] == "done", r.text
+    assert answered - sent < 2.0, f"the call took {answered - sent:.1f} s"
+    assert c.get(f"/v1/mcp/calls/{r.json()['call_id']}").json()["decision"] == "allowlist"
+    assert NOTES in pins(c)  # trusted means pinned (SPEC 14.1)
 
 
 # --- argument rules (14.2) --------------------------------------------------------------------

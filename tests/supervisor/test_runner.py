@@ -149,3 +149,28 @@ async def test_it_does_not_retry_a_tool_error(agenvoy_home, monkeypatch):
     assert call.result.startswith("tool error: ") and call.result.endswith("broken was called")
     assert seen == ["broken", "after"] and dying.connects == 1  # once, on the same session
     assert again.result == "after on connection 1"
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_hands_no_database_job_to_the_thread_for_a_call_that_asked_nothing(
+    agenvoy_home, monkeypatch
+):
+    # A hand-off to the database thread costs about 1.2 ms of CPU per call (issue 39): only a
+    # call whose server asked a question has questions to close when it ends.
+    dying, _seen = server_that_dies(times=0)
+    async with supervisor_holding(dying, agenvoy_home, monkeypatch) as sup:
+        call = await claimed_call(sup.name, NAME, "work", {"text": "hello"})
+        handed: list[str] = []
+        real_run = db.run
+
+        async def counting_run(fn, *args, **kwargs):
+            handed.append(getattr(fn, "__qualname__", repr(fn)))
+            return await real_run(fn, *args, **kwargs)
+
+        monkeypatch.setattr(db, "run", counting_run)
+        with anyio.fail_after(60):
+            stored = await sup.run(call)
+        monkeypatch.setattr(db, "run", real_run)
+    assert stored is not None and (stored.status, stored.result) == ("done", "hello on connection 1")
+    assert handed == []
