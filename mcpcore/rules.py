@@ -19,6 +19,9 @@ permission prompt's tool name for the rest. Each form is indexed apart: a plain 
 A resource rule sees a read's URI in normal form (`normal_uri`: RFC 3986 6.2.2, and for
 `file:` no `localhost` authority and no repeated `/`); the MCP door refuses any other spelling
 before a rule is asked, so `file:///home/u/%2essh/id_rsa` cannot slip past `.ssh` in a glob.
+Normal form keeps `%2F` encoded (it is not `/` to RFC 3986), but a server's URI template decodes
+it into a path: a URI with escapes is checked as written and decoded (`decoded_uri`), and the
+stricter rule of the two decides.
 
 Checks are on every call's path, so a `RuleSet` indexes its rules by exact name and by prefix
 (grouped by length: one dict lookup per distinct prefix length), keeps each name's candidates
@@ -29,6 +32,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from . import names
 from .choices import RuleDecision
@@ -136,6 +140,12 @@ def normal_uri(uri: str) -> str:
     if fragment is not None:
         out += "#" + _percent(fragment)
     return out
+
+
+def decoded_uri(uri: str) -> str:
+    """`uri` as a server's template match reads it: every escape decoded (`%2F` too), then in
+    normal form (so `..%2F` climbs as `../` does)."""
+    return normal_uri(unquote(uri))
 
 
 def form_of(name: str) -> str:
@@ -379,8 +389,13 @@ class RuleSet:
         return self._forms[form_of(name) if form is None else form].candidates(name)
 
     def check(self, name: str, arguments: dict, form: str | None = None) -> Rule | None:
-        for rule in self.candidates(name, form):
-            if not rule.args or rule.matches_args(arguments):
+        candidates = self.candidates(name, form)
+        uri = arguments.get("uri") if candidates and form_of(name) == RESOURCE else None
+        # Candidates come in deciding order, so the first that matches either spelling of the
+        # URI is the stricter decision.
+        decoded = {"uri": decoded_uri(uri)} if isinstance(uri, str) and "%" in uri else None
+        for rule in candidates:
+            if not rule.args or rule.matches_args(arguments) or (decoded and rule.matches_args(decoded)):
                 return rule
         return None
 

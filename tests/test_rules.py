@@ -454,6 +454,21 @@ def test_it_spells_every_way_round_a_file_rule_in_its_normal_form(spelled):
 
 
 @pytest.mark.parametrize(
+    "spelled",
+    ["file:///home/x/..%2Fu%2F.ssh/id_rsa", "file:///home/u%2F.ssh%2Fid_rsa", "file:///home/u/.ssh%2fid_rsa"],
+)
+def test_it_checks_an_encoded_slash_as_the_servers_template_decodes_it(spelled):
+    # Normal form keeps %2F (RFC 3986), but a URI template's match decodes it into the path.
+    assert rules.normal_uri(spelled) == spelled.replace("%2f", "%2F")
+    rule_set = RuleSet(parse(f"allow resource:fs(uri:file:///home/*)\n{DENY_SSH}"))
+    assert rule_set.check(rules.resource_subject("fs"), {"uri": rules.normal_uri(spelled)}).decision == "deny"
+    assert (
+        rule_set.check(rules.resource_subject("fs"), {"uri": "file:///home/u/notes%2Etxt"}).decision
+        == "allow"
+    )
+
+
+@pytest.mark.parametrize(
     "uri",
     [
         "file:///home/u/notes.txt",

@@ -37,6 +37,10 @@ def test_it_refuses_every_other_spelling_of_a_denied_file_with_its_normal_form(c
             assert got == (-32602, f"resource URI is not in normal form: {SECRET}"), spelled
         got = on(c, "/mcp", mode, lambda client: refusal(client.read_resource(SECRET)))
         assert got == (-32001, f"Denied by rule: {DENY}")
+        # In normal form (RFC 3986 keeps %2F), but the server's template decodes it into a path.
+        climbing = "file:///home/x/..%2Fu%2F.ssh/id_rsa"
+        got = on(c, "/mcp", mode, lambda client: refusal(client.read_resource(climbing)))
+        assert got == (-32001, f"Denied by rule: {DENY}")
         # A file the rule does not name is read as ever.
         read = on(c, "/mcp", mode, lambda client: client.read_resource("file:///home/u/docs/notes.txt"))
         assert read.contents[0].text == "contents of /home/u/docs/notes.txt"
