@@ -33,10 +33,13 @@ def bwrap_command(
     write: Sequence[str] = (),
     network: bool = False,
     path: str | None = None,
+    hidden: Sequence[str] = (),
 ) -> list[str]:
     """`bwrap ... -- command args`: the full argv that runs `command` (found on `path`, a PATH
-    value, when it has no slash) sandboxed. FileNotFoundError when the command isn't there,
-    SandboxError when a `read` or `write` path isn't."""
+    value, when it has no slash) sandboxed. `hidden` (the console's data folder and
+    AGENVOY_HOME) is an empty folder inside whatever readable tree holds it: an argument `~`
+    must not show `mcp.json`. FileNotFoundError when the command isn't there, SandboxError when
+    a `read` or `write` path isn't."""
     program = shutil.which(command, path=path) if "/" not in command else command
     if program is None or not os.path.exists(program):
         raise FileNotFoundError(2, "No such file or directory", command)
@@ -49,15 +52,26 @@ def bwrap_command(
     if network:
         argv.append("--share-net")
     argv += system_binds()
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", HOME]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
     readable = command_trees(program, path) + [p for a in args for p in argument_paths(a)] + list(read)
     binds = [(p, "--ro-bind") for p in _uncovered(readable)] + [(p, "--bind") for p in write]
-    # Shallow first, so a deeper path (a `write` folder inside a `read` one) wins where they meet.
-    for p, kind in sorted(dict(binds).items(), key=lambda item: item[0].rstrip("/").count("/")):
-        argv += [kind, p, p]
+    # Shallow first, so a deeper path (a `write` folder inside a `read` one, the private home
+    # inside a readable `/home`) wins where they meet; the private /tmp and home go before the
+    # binds of their own depth, so a `write` of `/tmp` itself is the host's.
+    mounts = [("/tmp", "--tmpfs"), (HOME, "--tmpfs"), *dict(binds).items()]
+    for p, kind in sorted(mounts, key=lambda item: item[0].rstrip("/").count("/")):
+        argv += [kind, p] if kind == "--tmpfs" else [kind, p, p]
+    for h in hidden:
+        if any(_inside(h, p) for p, _ in binds):
+            argv += ["--tmpfs", h]
     # Last: the mount points made above sit on the root tmpfs, which must not take writes.
     argv += ["--remount-ro", "/", "--chdir", HOME, "--", program, *args]
     return argv
+
+
+def _inside(p: str, folder: str) -> bool:
+    folder = folder.rstrip("/")
+    return p == folder or p.startswith(folder + "/")
 
 
 def sandbox_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -13,6 +13,7 @@ from typing import IO, Any
 
 import anyio
 import httpx2
+from django.conf import settings
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -144,6 +145,7 @@ class SandboxUnavailable(Exception):
 
 PROBE_TIMEOUT = 10.0  # seconds bubblewrap gets to run `true` in a sandbox
 _USABLE: set[str] = set()  # the bwrap programs seen to work in this process
+_PROBING = anyio.Lock()  # servers connecting together wait for one probe, not one each
 
 
 async def sandbox_ready(sandbox: Sandbox) -> str:
@@ -156,18 +158,25 @@ async def sandbox_ready(sandbox: Sandbox) -> str:
     if bwrap is None:
         raise SandboxUnavailable("bwrap not found (install the Debian package bubblewrap)")
     if bwrap not in _USABLE:
-        # `true` where the system keeps it, whatever the console's PATH says.
-        probe = walls.bwrap_command(bwrap, "true", [], path=os.pathsep.join(["/usr/bin", "/bin"]))
-        try:
-            with anyio.fail_after(PROBE_TIMEOUT):
-                done = await anyio.run_process(probe, check=False, stdin=subprocess.DEVNULL)
-        except TimeoutError:
-            raise SandboxUnavailable(f"bwrap did not start a sandbox within {PROBE_TIMEOUT:g} s") from None
-        if done.returncode != 0:
-            said = done.stderr.decode(errors="replace").strip().splitlines()
-            raise SandboxUnavailable(said[-1] if said else f"bwrap exited with {done.returncode}")
-        _USABLE.add(bwrap)
+        async with _PROBING:
+            if bwrap not in _USABLE:
+                await _probe(bwrap)
+                _USABLE.add(bwrap)
     return bwrap
+
+
+async def _probe(bwrap: str) -> None:
+    """Run `true` in a sandbox (where the system keeps it, whatever the console's PATH says);
+    SandboxUnavailable with bubblewrap's own words when it can't."""
+    probe = walls.bwrap_command(bwrap, "true", [], path=os.pathsep.join(["/usr/bin", "/bin"]))
+    try:
+        with anyio.fail_after(PROBE_TIMEOUT):
+            done = await anyio.run_process(probe, check=False, stdin=subprocess.DEVNULL)
+    except TimeoutError:
+        raise SandboxUnavailable(f"bwrap did not start a sandbox within {PROBE_TIMEOUT:g} s") from None
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        raise SandboxUnavailable(said[-1] if said else f"bwrap exited with {done.returncode}")
 
 
 def sandboxed(params: StdioServerParameters, sandbox: Sandbox, bwrap: str) -> StdioServerParameters:
@@ -183,10 +192,20 @@ def sandboxed(params: StdioServerParameters, sandbox: Sandbox, bwrap: str) -> St
             write=sandbox.write,
             network=sandbox.network,
             path=env.get("PATH") or os.environ.get("PATH"),
+            hidden=_console_folders(),
         )
     except walls.SandboxError as exc:
         raise SandboxUnavailable(str(exc)) from None
     return StdioServerParameters(command=argv[0], args=argv[1:], env=walls.sandbox_env(env))
+
+
+def _console_folders() -> tuple[str, ...]:
+    """What no server may see (SPEC 26): the data folder (the database, the secret key) and
+    AGENVOY_HOME (`mcp.json` with every server's secrets), as written and resolved."""
+    out: list[str] = []
+    for folder in (settings.DATA_DIR, settings.AGENVOY_HOME):
+        out += {os.path.abspath(folder), os.path.realpath(folder)}
+    return tuple(out)
 
 
 def make_target(

@@ -92,6 +92,20 @@ def test_it_opens_the_network_read_and_write_only_as_given(tmp_path):
         bwrap_command("bwrap", "no-such-command-here", [], path=PATH)
 
 
+def test_it_hides_the_consoles_folders_and_keeps_the_private_home_under_a_wider_read(tmp_path):
+    data, elsewhere = tmp_path / "data", tmp_path.parent / "not-under-a-bind"
+    data.mkdir()
+    argv = bwrap_command(
+        "bwrap", "true", ["/home"], read=[str(tmp_path)], path=PATH, hidden=[str(data), str(elsewhere)]
+    )
+    mounts = [(argv[i], argv[i + 1]) for i in range(len(argv) - 1) if argv[i] in ("--tmpfs", "--ro-bind")]
+    # The private home is mounted after a readable /home (an argument here), or it is hidden.
+    assert mounts.index(("--tmpfs", HOME)) > mounts.index(("--ro-bind", "/home"))
+    # A hidden folder inside a readable tree is an empty tmpfs over it, after the binds.
+    assert mounts.index(("--tmpfs", str(data))) > mounts.index(("--ro-bind", str(tmp_path)))
+    assert ("--tmpfs", str(elsewhere)) not in mounts  # nothing shows it: nothing to hide
+
+
 def test_it_reads_an_argument_path_and_a_node_package_whole(tmp_path):
     package = tmp_path / "app/node_modules/@scope/server/dist"
     package.mkdir(parents=True)

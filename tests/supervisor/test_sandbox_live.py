@@ -122,6 +122,19 @@ def test_it_keeps_a_sandboxed_server_from_what_an_unsandboxed_one_reaches(
     _refused(_tool(c, "netted", "read_file", {"path": str(c.home / "mcp.json")}))
 
 
+def test_it_hides_the_consoles_folders_inside_a_tree_it_may_read(console, tmp_path):
+    # A filesystem server given a whole tree (here the one holding the console's data folder
+    # and AGENVOY_HOME, as `~` holds ~/.config/agenvoy) still sees neither of them.
+    (tmp_path / "notes.txt").write_text("the operator's notes")
+    c = console({"wide": {**our_server("probe.py"), "sandbox": {"read": [str(tmp_path)]}}})
+    c.wait_connected("wide")
+    assert str(c.home).startswith(str(tmp_path)) and str(c.data).startswith(str(tmp_path))
+    assert _ok(_tool(c, "wide", "read_file", {"path": str(tmp_path / "notes.txt")})) == "the operator's notes"
+    _refused(_tool(c, "wide", "read_file", {"path": str(c.home / "mcp.json")}))
+    _refused(_tool(c, "wide", "read_file", {"path": str(c.data / "db.sqlite3")}))
+    assert json.loads(_ok(_tool(c, "wide", "where", {}))) == {"home": "/home/sandbox", "cwd": "/home/sandbox"}
+
+
 def test_it_runs_real_servers_sandboxed_and_leaves_no_process_behind(console):
     c = console(
         {
