@@ -364,7 +364,7 @@ else:
 
 # One cache shared by every process (web processes, `serve`), in the database they already
 # share: allauth keeps there the authenticator-app codes already used (each signs in once, on
-# whichever process) and its rate limits. Its table is made by migration 0022.
+# whichever process) and its rate limits. Its table is made by migration 0023.
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.db.DatabaseCache",
@@ -446,11 +446,13 @@ def _smtp(name: str) -> tuple[str, str, int, str, str]:
 
 # Mail, for allauth's password reset only: without a server the reset pages are not routed
 # and nothing offers them (agenvoy_site/urls.py); with one, ACCOUNT_RATE_LIMITS caps them.
-AGENVOY_SMTP_URL = os.environ.get("AGENVOY_SMTP_URL", "").strip()
+# Only whether there is one is a setting: the URL may hold the password, and a setting whose
+# name Django does not read as secret is shown in clear by `diffsettings` and debug pages.
+AGENVOY_MAIL = bool(os.environ.get("AGENVOY_SMTP_URL", "").strip())
 # Without a server the default mailer drops what it is given (nothing is given: the pages that
 # mail are not routed); Django's check wants a default.
 MAILERS: dict = {"default": {"BACKEND": "django.core.mail.backends.dummy.EmailBackend"}}
-if AGENVOY_SMTP_URL:
+if AGENVOY_MAIL:
     _scheme, _host, _port, _user, _password = _smtp("AGENVOY_SMTP_URL")
     _options = {"host": _host, "port": _port, "username": _user, "password": _password}
     _options |= {"use_tls": _scheme == "smtp+tls", "use_ssl": _scheme == "smtps", "timeout": 20}

@@ -11,7 +11,7 @@ from mcpcore.web import views
 
 def _without_password_reset(patterns: list) -> list:
     """allauth's URLs less its password-reset pages, at any depth: they mail the person, so
-    they exist only when the console has a mail server (AGENVOY_SMTP_URL). Not routed, their
+    they exist only when the console has a mail server (AGENVOY_SMTP_URL, settings.AGENVOY_MAIL). Not routed, their
     names do not resolve either, and allauth then offers no "Forgot your password?" link."""
     kept: list = []
     for p in patterns:
@@ -35,7 +35,7 @@ def _without_password_reset(patterns: list) -> list:
 
 
 _allauth = allauth_urls.urlpatterns
-if not settings.AGENVOY_SMTP_URL:
+if not settings.AGENVOY_MAIL:
     _allauth = _without_password_reset(_allauth)
 
 urlpatterns = [

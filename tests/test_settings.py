@@ -204,3 +204,14 @@ def test_it_creates_the_sqlite_database_owner_only_however_it_is_named(tmp_path,
     assert out.returncode == 0, out.stderr
     assert path.stat().st_size > 0  # the console's database, not an empty placeholder
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_it_keeps_the_mail_servers_password_out_of_the_settings_shown(tmp_path):
+    # Django's debug pages show every setting whose name does not read as secret in clear
+    # (its SafeExceptionReporterFilter): the SMTP URL, which may hold the password, was one.
+    env = _clean_env(tmp_path) | {"AGENVOY_SMTP_URL": "smtps://ops:mail-pw-7f3a9c@mail.example"}
+    shown = "from django.views.debug import SafeExceptionReporterFilter as F; print(F().get_safe_settings())"
+    r = _manage(env, 60, "shell", "-c", shown)
+    assert r.returncode == 0, r.stderr
+    assert "'AGENVOY_MAIL': True" in r.stdout
+    assert "mail-pw-7f3a9c" not in r.stdout

@@ -25,7 +25,7 @@ def _reload_urls() -> None:
 
 @pytest.fixture
 def mail_on():
-    with override_settings(AGENVOY_SMTP_URL="smtp://mail.example:25"):
+    with override_settings(AGENVOY_MAIL=True):
         _reload_urls()
         yield
     _reload_urls()
