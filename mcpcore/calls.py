@@ -139,7 +139,7 @@ def trusted(tool: Tool) -> bool:
         return False
     if not tool.digest or cache.pin(name):
         return True
-    files.sync_pins(files.current_allow(), only=name)
+    files.pin_if_listed(name)
     return bool(cache.pin(name))
 
 

@@ -549,6 +549,17 @@ def sync_rules() -> bool:
 # --- pins (SPEC 14.1) ------------------------------------------------------------------------
 
 
+def pin_if_listed(name: str) -> None:
+    """Pin `name` when `allow_tool` lists it now: for a call that sees an entry another
+    program wrote before the pick-up has pinned it. Read under the file's lock, as every pin
+    is, so an untrust written meanwhile is never undone by a pin from the older file; never
+    waits for the lock (a writer holding it pins what it wrote; the caller may be inside a
+    database transaction that writer waits for)."""
+    with locked(path_of(ALLOW_TOOL), wait=False) as held:
+        if held:
+            sync_pins(current_allow(), only=name)
+
+
 def sync_pins(entries: list[str], *, prefix: str = "", only: str | None = None, repin: bool = False) -> None:
     """Make the pins follow trust: a trusted tool without a pin is pinned at its current
     definition (`repin`: every trusted tool in scope is); a pin of a tool no longer trusted

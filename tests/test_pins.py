@@ -92,6 +92,17 @@ def test_it_trusts_a_tool_another_program_listed_only_once_its_pin_is_written(fs
     assert call.status == "pending" and call.definition_changed
 
 
+def test_it_pins_nothing_a_call_sees_while_a_writer_holds_the_allow_list(fs):
+    # A writer holds allow_tool's lock while it changes it (an untrust, say): a pin read from
+    # the file as it was before could undo that change, so the call pins nothing meanwhile.
+    files.path_of(files.ALLOW_TOOL).write_text("mcp__fs__read\n")
+    with files.locked(files.path_of(files.ALLOW_TOOL)):
+        assert calls.create(None, "op", "mcp__fs__read", {}, "s1", "confirm").status == "pending"
+        assert not ToolPin.objects.exists()
+    assert calls.create(None, "op", "mcp__fs__read", {}, "s2", "confirm").status == "running"
+    assert ToolPin.objects.filter(registered_name="mcp__fs__read").exists()
+
+
 def test_it_repins_on_approve_and_remember(fs):
     files.replace_allow_prefix("mcp__fs__", ["mcp__fs__read"])
     rug_pull("mcp__fs__read", "Changed.")
