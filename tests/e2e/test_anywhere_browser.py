@@ -188,7 +188,9 @@ def test_it_updates_a_confirmation_page_when_someone_else_decides(page, console)
     expect(page.get_by_role("button", name="Approve", exact=True)).to_be_visible()
     r = console.reply(body["session_id"], body["confirm_id"], {"approve": False, "reason": "by the API"})
     assert r.status_code == 200
-    expect(page.get_by_text("Reason: by the API")).to_be_visible()
+    # The ending says who decided and why; the page now shows the agent's result too.
+    expect(page.locator("p.ending")).to_contain_text("Reason: by the API")
+    expect(page.locator("pre.result")).to_have_text("Skipped by user. Reason: by the API")
     expect(page.get_by_role("button", name="Approve", exact=True)).to_have_count(0)
 
 
