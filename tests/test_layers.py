@@ -59,7 +59,9 @@ LAYERS: list[tuple[str, list[set[str]], set[str]]] = [
         ],
         {"pure"},
     ),
-    ("calls", [{"mcpcore.calls", "mcpcore.notify", "mcpcore.questions"}], {"pure", "data"}),
+    # The call layer (calls/): the path, recording and ending calls, approvals, replies,
+    # questions, notifications.
+    ("calls", [{"mcpcore.calls.*"}], {"pure", "data"}),
     ("supervisor", [{"mcpcore.supervisor.*"}], {"pure", "data", "calls"}),
     ("web", [{"mcpcore.web.*"}], {"pure", "data", "calls"}),
     ("api", [{"mcpcore.api.*"}], {"pure", "data", "calls"}),
@@ -359,9 +361,9 @@ def test_it_lets_a_benchmark_use_only_what_a_user_of_the_product_could():
 def test_it_reports_a_broken_rule(tmp_path):
     """The checks above can fail: stand-in modules that break each rule are caught by it: a pure
     module importing a door, a door importing the MCP SDK, a cycle, a tier importing the one
-    above it, a door importing another door, a door at the top level, and a benchmark reaching
-    into a private module and a test helper."""
-    for package in (*PACKAGES, "mcpcore/web", "mcpcore/api", "mcpcore/db", "tests", "bench"):
+    above it, a door importing another door, a lower layer importing the call layer, a door at
+    the top level, and a benchmark reaching into a private module and a test helper."""
+    for package in (*PACKAGES, "mcpcore/web", "mcpcore/api", "mcpcore/db", "mcpcore/calls", "tests", "bench"):
         (tmp_path / package).mkdir(parents=True, exist_ok=True)
         (tmp_path / package / "__init__.py").write_text("")
     (tmp_path / "mcpcore" / "names.py").write_text("from .web.views import page\n")
@@ -370,6 +372,8 @@ def test_it_reports_a_broken_rule(tmp_path):
     (tmp_path / "mcpcore" / "control.py").write_text("")
     (tmp_path / "mcpcore" / "api" / "views.py").write_text("from ..web.views import page\n")
     (tmp_path / "mcpcore" / "db" / "_lane.py").write_text("")
+    (tmp_path / "mcpcore" / "db" / "cache.py").write_text("from ..calls import approvals\n")
+    (tmp_path / "mcpcore" / "calls" / "approvals.py").write_text("")
     (tmp_path / "tests" / "rows.py").write_text("")
     (tmp_path / "bench" / "b.py").write_text("from mcpcore.db import _lane\nfrom tests import rows\n")
     found = modules(tmp_path)
@@ -378,6 +382,8 @@ def test_it_reports_a_broken_rule(tmp_path):
     assert forbidden_layers(edges, found, tmp_path) == [
         "mcpcore/api/views.py:1: mcpcore.api.views (api) imports mcpcore.web.views (web): "
         "doors never import each other",
+        "mcpcore/db/cache.py:1: mcpcore.db.cache (data) imports mcpcore.calls.approvals (calls), "
+        "which its layer may not",
         "mcpcore/models.py:1: mcpcore.models (data, tier 0) imports mcpcore.control (tier 3), "
         "a tier above its own",
         "mcpcore/names.py:1: mcpcore.names (pure) imports mcpcore.web.views (web), which its layer may not",

@@ -13,7 +13,8 @@ import httpx2
 import pytest
 from django.utils import timezone
 
-from mcpcore import notify, oauth, schemas
+from mcpcore import oauth, schemas
+from mcpcore.calls import notify
 from mcpcore.models import OAuthAccount, mask_config, unmask_config
 from mcpcore.supervisor import upstream
 from tests.live import db_rows, signed_in, wait_until
@@ -351,7 +352,7 @@ def test_it_goes_back_to_needs_authorization_and_tells_people_when_a_renewal_is_
     lab = Lab(tmp_path / "lab5", access_ttl=5).start()
     try:
         c = authorized_console(console, lab)
-        add_target = "from mcpcore import notify; notify.add_target('webhook', 'http://127.0.0.1:9/hook')"
+        add_target = "from mcpcore.calls import notify; notify.add_target('webhook', 'http://127.0.0.1:9/hook')"
         c.manage("shell", "-c", add_target)
         lab.fail_refresh(-1)
         st = wait_state(c, "needs_authorization", timeout=30)

@@ -10,7 +10,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
-from .. import db, metrics, questions
+from .. import db, metrics
+from ..calls import questions
 from ..bearer import authenticate
 from ..choices import CALL_ENDED, CallKind, TokenRole, history_kind, stored_kind
 from ..models import AuditEntry, ToolCall, iso

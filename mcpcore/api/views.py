@@ -292,7 +292,7 @@ async def _call_answer(request: ApiRequest, call_id, wait: float, full: bool = F
     call = waited
     if not full:
         return _answer(call)
-    from .. import questions
+    from ..calls import questions
 
     # The history keeps the questions its servers asked, and their answers (SPEC 20.4).
     asked = await db.run(questions.of_call, call.id, request.api_token.role == TokenRole.AGENT)
@@ -326,7 +326,7 @@ async def mcp_call_cancel(request: ApiRequest, call_id: str) -> JsonResponse:
 
 @api_view(("GET",))
 def pending(request: ApiRequest) -> JsonResponse:
-    from .. import questions
+    from ..calls import questions
 
     token = request.api_token
     rows = visible_calls(token, ToolCall.objects.filter(status=CallStatus.PENDING)).order_by("created_at")
@@ -341,7 +341,8 @@ def pending(request: ApiRequest) -> JsonResponse:
 @api_view(("POST",))
 async def pending_answer(request: ApiRequest, question_id: str) -> JsonResponse:
     """A token's answer to a server's question (SPEC 20.4), refused as replies are (12.1)."""
-    from .. import db, questions
+    from .. import db
+    from ..calls import questions
 
     body = json_body(request)
     token = request.api_token

@@ -21,7 +21,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .. import calls, control, db, names, questions
+from .. import calls, control, db, names
+from ..calls import questions
 from ..choices import CallStatus, Mode, QuestionStatus, Via
 from ..models import ApiToken, Question, Tool, ToolCall
 from . import catalog, relay

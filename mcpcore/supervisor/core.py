@@ -26,7 +26,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import calls, control, db, files, notify, questions, retention
+from .. import calls, control, db, files, retention
+from ..calls import notify, questions
 from ..models import Server, Worker
 from . import runner, upstream
 from .session import ServerSession, upstream_error

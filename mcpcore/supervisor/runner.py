@@ -21,7 +21,8 @@ import math
 import anyio
 from django.conf import settings
 
-from .. import calls, control, db, elicitation, gate, oauth, questions, results
+from .. import calls, control, db, elicitation, gate, oauth, results
+from ..calls import questions
 from ..choices import CallKind, CallStatus, Via
 from ..models import ToolCall
 from .session import (

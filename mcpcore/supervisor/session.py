@@ -20,7 +20,8 @@ from django.conf import settings
 from mcp import Client
 from mcp.client import advertise
 
-from .. import control, db, notify, oauth
+from .. import control, db, oauth
+from ..calls import notify
 from ..choices import ServerState, Transport
 from ..models import ResourceSubscription, Server
 from . import registry, transport, upstream

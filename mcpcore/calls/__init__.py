@@ -32,10 +32,10 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import allowlist, audit, control, db, files, gate, metrics, names, oauth, rules, schemas
-from .choices import AuditAction, CallDecision, CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
-from .db import cache, callsql
-from .models import (
+from .. import allowlist, audit, control, db, files, gate, metrics, names, oauth, rules, schemas
+from ..choices import AuditAction, CallDecision, CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
+from ..db import cache, callsql
+from ..models import (
     AllowEntry,
     ApiToken,
     PermissionGrant,

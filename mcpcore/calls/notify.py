@@ -31,9 +31,10 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import audit, db, metrics, oauth, onetap, questions
-from .choices import AuditAction, CallKind, CallStatus, DeliveryStatus, QuestionStatus, TargetKind
-from .models import SECRET_MASK, Delivery, NotificationTarget, Question, ToolCall, iso
+from .. import audit, db, metrics, oauth, onetap
+from ..choices import AuditAction, CallKind, CallStatus, DeliveryStatus, QuestionStatus, TargetKind
+from ..models import SECRET_MASK, Delivery, NotificationTarget, Question, ToolCall, iso
+from . import questions
 
 log = logging.getLogger("mcpcore.notify")
 
