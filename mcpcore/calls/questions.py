@@ -29,7 +29,7 @@ from django.utils import timezone
 from .. import control, db, elicitation
 from ..choices import CALL_LIVE, QuestionMode, QuestionStatus, Via
 from ..models import Question, ToolCall, iso
-from . import ReplyError
+from .replies import ReplyError
 
 OPEN = (QuestionStatus.ASKED, QuestionStatus.PENDING)
 ENDED_BY = {
