@@ -6,7 +6,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import audit
-from .appauth import grants
+from .oauth import grants
 from .choices import AuditAction, TokenRole
 from .db import cache
 from .models import ApiToken, View
@@ -26,7 +26,7 @@ def authenticate(authorization_header_value: str | None) -> ApiToken | None:
     return token
 
 
-APP_PREFIX = "agvat_"  # an app's access token (mcpcore.appauth.grants)
+APP_PREFIX = "agvat_"  # an app's access token (mcpcore.oauth.grants)
 
 
 def _bearer(header: str | None) -> str | None:

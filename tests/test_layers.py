@@ -46,12 +46,11 @@ LAYERS: list[tuple[str, list[set[str]], set[str]]] = [
             {"mcpcore.db.*"},  # database threads, the kept rows, the call rows' SQL
             {
                 "mcpcore.apps",
-                "mcpcore.appauth.*",  # apps that sign in (SPEC 21): clients, grants, tokens
                 "mcpcore.audit",
                 "mcpcore.bearer",
                 "mcpcore.files",
                 "mcpcore.metrics",
-                "mcpcore.oauth",
+                "mcpcore.oauth.*",  # both OAuth sides: upstream servers (16), apps that sign in (21)
                 "mcpcore.retention",
             },
             {"mcpcore.control"},  # the channel-layer messages (they read rows)

@@ -8,7 +8,7 @@ from django.http import JsonResponse
 from django.utils import timezone
 
 from .. import allowlist, audit, control, files, serverconfig, toolviewstore
-from ..appauth import grants
+from ..oauth import grants
 from ..choices import CallStatus, TokenRole
 from ..db import cache
 from ..models import Server, Tool, ToolCall, mask_config
@@ -96,7 +96,8 @@ def not_found(request: ApiRequest, rest: str = "") -> JsonResponse:
 def mcp_status(request: ApiRequest) -> JsonResponse:
     from django.db.models import Count
 
-    from .. import oauth, retention
+    from .. import retention
+    from ..oauth import upstream
     from ..models import OAuthAccount, iso
 
     rows = Server.objects.annotate(n=Count("tools")).order_by("name")
@@ -106,7 +107,7 @@ def mcp_status(request: ApiRequest) -> JsonResponse:
     prompts, resources = _listing_counts()
     servers = [
         s.to_status(
-            s.n, oauth.status_item(s, accounts.get(s.name)), prompts.get(s.pk, 0), resources.get(s.pk, 0)
+            s.n, upstream.status_item(s, accounts.get(s.name)), prompts.get(s.pk, 0), resources.get(s.pk, 0)
         )
         for s in rows
     ]
@@ -198,10 +199,11 @@ async def mcp_reconnect(request: ApiRequest) -> JsonResponse:
 @api_view(("POST",))
 async def mcp_authorize(request: ApiRequest) -> JsonResponse:
     """Start a person's OAuth flow for a server (SPEC 16.2): the URL to send the browser to."""
-    from .. import db, oauth
+    from .. import db
+    from ..oauth import upstream
 
     name = AuthorizeBody.check(json_body(request)).name
-    problem = await db.run(oauth.authorize_problem, name)
+    problem = await db.run(upstream.authorize_problem, name)
     if problem is not None:
         raise ApiError(*problem)
     try:

@@ -32,7 +32,8 @@ import anyio
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from .. import control, db, gate, names, oauth, schemas
+from .. import control, db, gate, names, schemas
+from ..oauth import upstream
 from ..choices import CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
 from ..db import cache, callsql
 from ..models import ApiToken, Server, Tool, ToolCall, Worker, time_ordered_uuid
@@ -244,7 +245,7 @@ def _reachable(server: Server) -> None:
     """A call can go to the server now (connected, or connecting: it waits for the session);
     else the 503 of SPEC 6 and 16.1."""
     if server.state == ServerState.NEEDS_AUTHORIZATION:
-        raise CallError(oauth.needs_authorization(server.name), 503)
+        raise CallError(upstream.needs_authorization(server.name), 503)
     if server.state not in (ServerState.CONNECTED, ServerState.CONNECTING):
         raise CallError(f"server {server.name} is not connected: {server.last_error or server.state}", 503)
 

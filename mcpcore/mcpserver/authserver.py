@@ -1,7 +1,7 @@
 """The console as its own OAuth authorization server for its MCP endpoints (SPEC 21), on the
 `mcp` SDK's server side: its authorize, token, registration and revocation handlers
 (`create_auth_routes`) and its protected-resource metadata (`create_protected_resource_routes`),
-over `ConsoleProvider`, the SDK's provider protocol on the console's rows (`mcpcore.appauth`).
+over `ConsoleProvider`, the SDK's provider protocol on the console's rows (`mcpcore.oauth`: clients, grants).
 
 What the SDK does not do (STACK.md) is filled in here, around its handlers, never by patching
 them: Client ID Metadata Documents (`get_client` resolves an `https` client_id), the metadata
@@ -45,7 +45,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from .. import audit, calls, db
-from ..appauth import clients, grants
+from ..oauth import clients, grants
 from ..models import AppClient, AppGrant
 
 log = logging.getLogger("mcpcore.mcpserver.oauth")
@@ -165,7 +165,7 @@ class ConsoleRefresh(RefreshToken):
 
 
 class ConsoleProvider:
-    """The SDK's `OAuthAuthorizationServerProvider` on the console's rows (`mcpcore.appauth`)."""
+    """The SDK's `OAuthAuthorizationServerProvider` on the console's rows (`mcpcore.oauth`: clients, grants)."""
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         client, _why = await client_or_why(client_id)

@@ -21,7 +21,8 @@ import math
 import anyio
 from django.conf import settings
 
-from .. import calls, control, db, elicitation, gate, oauth, results
+from .. import calls, control, db, elicitation, gate, results
+from ..oauth import upstream as oauth_upstream
 from ..calls import questions
 from ..choices import CallKind, CallStatus, Via
 from ..models import ToolCall
@@ -109,7 +110,7 @@ async def _close_questions(call: ToolCall) -> None:
 async def _attempts(session, call: ToolCall, timeout: float, asking: "Asking") -> tuple[str, str, dict]:
     for attempt in (1, 2):
         if session.error == NEEDS_AUTHORIZATION and not session.ready.is_set():
-            return CallStatus.ERROR, oauth.needs_authorization(call.server_name), {"is_error": True}
+            return CallStatus.ERROR, oauth_upstream.needs_authorization(call.server_name), {"is_error": True}
         client = await session.wait_ready(settings.AGENVOY_CONNECT_TIMEOUT)
         if client is None:
             reason = session.error or "still connecting"

@@ -20,7 +20,8 @@ from django.conf import settings
 from mcp import Client
 from mcp.client import advertise
 
-from .. import control, db, oauth
+from .. import control, db
+from ..oauth import upstream as oauth_upstream
 from ..calls import notify
 from ..choices import ServerState, Transport
 from ..models import ResourceSubscription, Server
@@ -370,8 +371,8 @@ class ServerSession:
         without OAuth; NeedsAuthorization or ClientRefused otherwise (SPEC 16)."""
         if server.transport not in HTTP:
             return None
-        account = await db.run(oauth.account_for, self.name)
-        grant = oauth.grant_of(server, account)
+        account = await db.run(oauth_upstream.account_for, self.name)
+        grant = oauth_upstream.grant_of(server, account)
         if grant is None:
             return None
         return await upstream.ready(server, grant)
@@ -380,11 +381,11 @@ class ServerSession:
         """A failed connect of an HTTP server with no `oauth` key and no Authorization header:
         did it answer 401 + `WWW-Authenticate: Bearer` (SPEC 16.1)? Then it is remembered."""
         config = server.config
-        if server.transport not in HTTP or "oauth" in config or oauth.has_authorization_header(config):
+        if server.transport not in HTTP or "oauth" in config or oauth_upstream.has_authorization_header(config):
             return False
         if not await upstream.asks_for_oauth(config):
             return False
-        await db.run(oauth.mark_detected, self.name, oauth.server_url(config))
+        await db.run(oauth_upstream.mark_detected, self.name, oauth_upstream.server_url(config))
         log.info("server %s asks for OAuth: needs authorization", self.name)
         return True
 
@@ -394,7 +395,7 @@ class ServerSession:
         self.error = NEEDS_AUTHORIZATION
         if refused:
             log.warning("server %s: the authorization server refused the renewal: %s", self.name, refused)
-            await db.run(oauth.clear_tokens, self.name)
+            await db.run(oauth_upstream.clear_tokens, self.name)
             await db.run(notify.queue_needs_authorization, self.name)
         await self._set_state(ServerState.NEEDS_AUTHORIZATION, NEEDS_AUTHORIZATION)
         self._finish_attempts(NEEDS_AUTHORIZATION)
@@ -405,7 +406,7 @@ class ServerSession:
         provider = self.provider
         assert provider is not None
         while True:
-            account = await db.run(oauth.account_for, self.name)
+            account = await db.run(oauth_upstream.account_for, self.name)
             delay = upstream.renew_in(account.issued_at, account.expires_at) if account else None
             if delay is None:
                 return  # a token that does not expire is never renewed

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from .. import allowlist, files, retention, serverconfig, toolviewstore
-from ..appauth import grants
+from ..oauth import grants
 from ..choices import CallDecision, CallKind, CallStatus, QuestionStatus, TargetKind, stored_kind
 from ..models import (
     ApiToken,

@@ -40,15 +40,13 @@ from .. import (
     db,
     elicitation,
     files,
-    notify,
-    oauth,
     onetap,
-    questions,
     rules,
     serverconfig,
     toolviewstore,
 )
-from ..appauth import clients, grants
+from ..calls import notify, questions
+from ..oauth import clients, grants, upstream
 from ..choices import CallDecision, CallStatus, QuestionMode, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
@@ -512,7 +510,7 @@ async def server_authorize(request: HtmxRequest, name: str) -> HttpResponse:
     send the browser to the authorization server (SPEC 16.2). An async view: the request waits
     for the holder's answer on the event loop, as `POST /v1/mcp/authorize` does, with no
     thread held for it and no hop through `async_to_sync`."""
-    problem = await db.run(oauth.authorize_problem, name)
+    problem = await db.run(upstream.authorize_problem, name)
     if problem is not None and problem[1] == 404:
         raise Http404("server not found")
     url = ""
@@ -533,7 +531,7 @@ def server_forget(request: HtmxRequest, name: str) -> HttpResponse:
     """`Forget authorization`: delete the stored tokens; the server disconnects and needs
     authorization again (SPEC 16.2)."""
     server = _get_server_or_404(name)
-    oauth.forget(server.name, audit.by(request))
+    upstream.forget(server.name, audit.by(request))
     control.run_to_end(control.reconnect, server.name)
     messages.success(request, f"Forgot the authorization of {server.name}.")
     return _go(request, reverse("server-detail", args=[server.name]))
@@ -545,7 +543,7 @@ def oauth_callback(request: HtmxRequest) -> HttpResponse:
     """The redirect URI (`<AGENVOY_PUBLIC_URL>/oauth/callback`, SPEC 16.2), on any web process:
     the code (or the authorization server's error) goes into the flow's row and the worker
     holding the server is woken; the browser goes to the server page."""
-    flow = oauth.callback(
+    flow = upstream.callback(
         request.GET.get("state", ""),
         request.GET.get("code", ""),
         request.GET.get("error", ""),
@@ -554,7 +552,7 @@ def oauth_callback(request: HtmxRequest) -> HttpResponse:
         audit.address_of(request),
     )
     if flow is None:
-        return render(request, "mcpcore/oauth_failed.html", {"message": oauth.UNKNOWN_STATE}, status=400)
+        return render(request, "mcpcore/oauth_failed.html", {"message": upstream.UNKNOWN_STATE}, status=400)
     control.flow_callback(str(flow.id))
     if flow.error:
         messages.error(request, flow.error)
