@@ -312,7 +312,7 @@ class Resource(models.Model):
         return self.uri
 
 
-def app_uri(meta: Any) -> str | None:
+def ui_uri(meta: Any) -> str | None:
     """The `ui://` resource a tool names as its app (`_meta.ui.resourceUri`, or the older flat
     key `ui/resourceUri`)."""
     ui = meta.get("ui") if isinstance(meta, dict) else None

@@ -463,18 +463,18 @@ async def claude_code_hook(request: ApiRequest) -> JsonResponse:
 
 
 @api_view(("GET",))
-def grants_list(request: ApiRequest) -> JsonResponse:
+def app_grants_list(request: ApiRequest) -> JsonResponse:
     return JsonResponse({"grants": [grants.to_dict(g) for g in grants.live_grants()]})
 
 
 @api_view(("POST",))
-async def grant_revoke(request: ApiRequest, grant_id: str) -> JsonResponse:
+async def app_grant_revoke(request: ApiRequest, grant_id: str) -> JsonResponse:
     """Revoke an app's grant: its tokens stop working at once on every process, and the calls
     it left pending end as `cancelled` (as a revoked token's do, SPEC 12.2)."""
     from .. import calls, db
 
     by = audit.by(request)
-    ended = await db.write(_revoke_grant, grant_id, by)
+    ended = await db.write(_app_grant_revoke, grant_id, by)
     if ended is None:
         raise ApiError("grant not found", 404)
     for call_id in ended:
@@ -482,7 +482,7 @@ async def grant_revoke(request: ApiRequest, grant_id: str) -> JsonResponse:
     return JsonResponse({"ok": True})
 
 
-def _revoke_grant(grant_id: str, by: audit.Actor) -> list[str] | None:
+def _app_grant_revoke(grant_id: str, by: audit.Actor) -> list[str] | None:
     from .. import calls
     from ..models import AppGrant
 
@@ -495,6 +495,4 @@ def _revoke_grant(grant_id: str, by: audit.Actor) -> list[str] | None:
     )
     if grant is None:
         return None
-    _revoked, ended = calls.revoke_token(grant.token_id, by)
-    grants.revoke_grant(grant, by)
-    return ended
+    return calls.app_grant_revoke(grant, by)[1]

@@ -12,9 +12,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from .. import allowlist, audit, files, gate, rules, schemas
+from ..oauth import grants
 from ..choices import AuditAction, CallDecision, CallKind, CallStatus, Mode
 from ..db import cache, callsql
-from ..models import AllowEntry, ApiToken, PermissionGrant, SessionAllowance, Tool, ToolCall, iso
+from ..models import AllowEntry, ApiToken, AppGrant, PermissionGrant, SessionAllowance, Tool, ToolCall, iso
 from .record import TOKEN_REVOKED, checked, finish, record
 
 
@@ -109,7 +110,7 @@ def grant(
     by = by or audit.Actor(who)
     with transaction.atomic():
         if current is not None:
-            before = grant_state(current)
+            before = permission_grant_state(current)
             PermissionGrant.objects.filter(pk=current.pk).update(expires_at=until, granted_by=who)
             current.expires_at, current.granted_by = until, who
         else:
@@ -118,7 +119,7 @@ def grant(
                 token=token, kind=kind, tool_name=tool_name, granted_by=who, created_at=now, expires_at=until
             )
         audit.record(
-            AuditAction.ALLOWANCE_ADD, tool_name, actor=by, before=before, after=grant_state(current)
+            AuditAction.ALLOWANCE_ADD, tool_name, actor=by, before=before, after=permission_grant_state(current)
         )
     return current
 
@@ -140,14 +141,15 @@ def remember_permission(
             token=token, kind=CallKind.PERMISSION_PROMPT, tool_name=tool_name, granted_by=who
         )
         audit.record(
-            AuditAction.ALLOWANCE_ADD, tool_name, actor=by or audit.Actor(who), after=grant_state(made)
+            AuditAction.ALLOWANCE_ADD, tool_name, actor=by or audit.Actor(who), after=permission_grant_state(made)
         )
     return made
 
 
-def revoke_permission(grant_id: int, by: audit.Actor = audit.BY_SYSTEM) -> PermissionGrant | None:
-    """Revoke a remembered grant; returns it when this call revoked it."""
-    return _revoke(PermissionGrant, grant_id, by, lambda g: (g.tool_name, grant_state(g)))
+def permission_grant_revoke(grant_id: int, by: audit.Actor = audit.BY_SYSTEM) -> PermissionGrant | None:
+    """Revoke a permission grant (remembered, or for a time); returns it when this call revoked
+    it."""
+    return _revoke(PermissionGrant, grant_id, by, lambda g: (g.tool_name, permission_grant_state(g)))
 
 
 def revoke_allowance(allowance_id: int, by: audit.Actor) -> SessionAllowance | None:
@@ -180,7 +182,7 @@ def allowance_state(row: SessionAllowance, tool_name: str = "") -> dict:
     return {**state, "approved_on": tool_name} if tool_name else state
 
 
-def grant_state(row: PermissionGrant) -> dict:
+def permission_grant_state(row: PermissionGrant) -> dict:
     """What the audit keeps of a grant: what (the tool, of which kind of call), for whom, and
     until when (None: until revoked, "approve and remember")."""
     return {
@@ -317,3 +319,15 @@ def revoke_token(token_id: int, by: audit.Actor = audit.BY_SYSTEM) -> tuple[bool
     ended = [str(cid) for cid in pending if finish(cid, CallStatus.CANCELLED, TOKEN_REVOKED, decided_at=now)]
     return True, ended
 
+
+def app_grant_revoke(
+    grant: AppGrant, by: audit.Actor | None = None, reason: str = ""
+) -> tuple[bool, list[str]]:
+    """Revoke an app's grant (SPEC 21.4), from any door: its token and every access and refresh
+    token of it stop working at once on every process, and the calls its token left pending end
+    `cancelled` as a revoked token's do (SPEC 12.2). Returns whether this revoked the grant and
+    the ids of the calls it ended (to announce). `by`: who revoked it (None: the app itself, as
+    when it reused a replaced refresh token); `reason` goes into its audit row."""
+    by = by or grants.app_actor(grant)
+    _revoked, ended = revoke_token(grant.token_id, by)
+    return grants.revoke_grant(grant, by, reason), ended

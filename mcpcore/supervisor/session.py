@@ -37,8 +37,8 @@ NEEDS_AUTHORIZATION = "needs authorization"
 HTTP = (Transport.STREAMABLE_HTTP, Transport.SSE)
 # The MCP Apps extension (SPEC 20.5): declared so that servers offer their `ui://` apps, which
 # the console passes on to the hosts that render them.
-APPS_EXTENSION = "io.modelcontextprotocol/ui"
-APPS_SETTINGS = {"mimeTypes": ["text/html;profile=mcp-app"]}
+UI_EXTENSION = "io.modelcontextprotocol/ui"
+UI_SETTINGS = {"mimeTypes": ["text/html;profile=mcp-app"]}
 # Each listing: the Client method and the result's field holding the items.
 LISTINGS = {
     "tools/list": ("list_tools", "tools"),
@@ -427,7 +427,7 @@ class ServerSession:
             message_handler=self._on_message,
             cache=None,
             mode="auto",
-            extensions=[advertise(APPS_EXTENSION, APPS_SETTINGS)],
+            extensions=[advertise(UI_EXTENSION, UI_SETTINGS)],
             # With a callback the SDK declares elicitation with `form` and `url` (SPEC 20.4).
             elicitation_callback=self._on_elicit,
         )

@@ -904,11 +904,11 @@ def token_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def grant_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
-    """End a grant ("Approve and remember" of a permission prompt, or a time-boxed grant): the
+def permission_grant_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
+    """End a permission grant ("Approve and remember" of a permission prompt, or a time-boxed grant): the
     token's next call of that tool waits for a person again."""
     grant = get_object_or_404(PermissionGrant.objects.select_related("token"), pk=pk)
-    if calls.revoke_permission(grant.pk, audit.by(request)):
+    if calls.permission_grant_revoke(grant.pk, audit.by(request)):
         messages.success(request, f"{grant.token.name} must ask again for {grant.tool_name}.")
     if request.htmx:
         return _fragment(request, "mcpcore/token_list.html#token-list", {"tokens": token_rows()})
@@ -1000,13 +1000,12 @@ def app_allow(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def app_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
-    """Revoke a connected app: its tokens stop working at once on every process; its pending
-    calls end as a revoked token's do (SPEC 12.2)."""
+def app_grant_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
+    """Revoke a connected app's grant: its tokens stop working at once on every process; its
+    pending calls end as a revoked token's do (SPEC 12.2)."""
     grant = get_object_or_404(AppGrant.objects.select_related("client", "token"), pk=pk)
-    by = audit.by(request)
-    _revoked, ended = calls.revoke_token(grant.token_id, by)
-    if grants.revoke_grant(grant, by):
+    revoked, ended = calls.app_grant_revoke(grant, audit.by(request))
+    if revoked:
         messages.success(request, f"Revoked {grant.token.name}.")
     for call_id in ended:
         control.run_to_end(calls.announce, call_id)

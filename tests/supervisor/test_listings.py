@@ -106,7 +106,7 @@ async def test_it_registers_prompts_resources_and_templates_at_connect(agenvoy_h
     assert await db.run(Tool.objects.filter(server__name=NAME).count) == 3  # the tools as before
 
 
-async def test_it_declares_the_mcp_apps_extension_to_servers(agenvoy_home, monkeypatch):
+async def test_it_declares_the_mcp_ui_extension_to_servers(agenvoy_home, monkeypatch):
     async with holding(agenvoy_home, monkeypatch, Listings()) as sup:
         call = await run(sup, "tool_confirm", "mcp__lst__client_extensions", "client_extensions", {})
     assert call.status == "done", call.result
