@@ -211,7 +211,7 @@ class Supervisor:
         the rows and follows them upstream, in its own task, then tells `reply`."""
         session = self.sessions.get(server_name)
         if session is not None:
-            session.resubscribe(reply)
+            session.subscriptions.resubscribe(reply)
 
     def spawn_complete(
         self, server_name: str, ref: dict, argument: dict, context: dict | None, reply: str
