@@ -3,7 +3,7 @@ resources and templates, registered when their signature changed. The session ow
 (`ServerSession.listings`) and registers at connect, on a list change and on the poll."""
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 from django.conf import settings
@@ -12,9 +12,6 @@ from mcp import Client
 from .. import control, db
 from . import registry
 from .errors import is_session_lost, not_supported
-
-if TYPE_CHECKING:  # the session owns this part: a runtime import would be a cycle
-    from .session import ServerSession
 
 log = logging.getLogger("mcpcore.supervisor")
 
@@ -30,10 +27,18 @@ LISTINGS = {
 }
 
 
+class Owner(Protocol):
+    """What this part needs of the session that owns it (`session.ServerSession`)."""
+
+    name: str
+
+    def describe(self, exc: BaseException) -> str: ...
+
+
 class Listings:
     """Lists one server's tools, prompts and resources and registers what changed."""
 
-    def __init__(self, session: "ServerSession") -> None:
+    def __init__(self, session: Owner) -> None:
         self.session = session
 
     async def list_all(self, client: Client, method: str = "tools/list") -> list:

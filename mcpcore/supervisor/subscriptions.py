@@ -6,7 +6,7 @@ session is up."""
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 import mcp_types as types
@@ -19,17 +19,29 @@ from .. import control, db
 from ..models import ResourceSubscription
 from .errors import is_session_lost, not_supported
 
-if TYPE_CHECKING:  # the session owns this part: a runtime import would be a cycle
-    from .session import ServerSession
-
 log = logging.getLogger("mcpcore.supervisor")
+
+
+class Owner(Protocol):
+    """What this part needs of the session that owns it (`session.ServerSession`)."""
+
+    name: str
+    protocol: str
+
+    def describe(self, exc: BaseException) -> str: ...
+
+    def session_lost(self) -> None: ...
+
+    def list_changed(self) -> None: ...
+
+    async def unanswered(self, client: Client, timeout: float) -> str: ...
 
 
 class Subscriptions:
     """The URIs subscribed on the current session, a wake-up to re-read `ResourceSubscription`
     rows, and one to open the 2026-07-28 stream again with the new set."""
 
-    def __init__(self, session: "ServerSession") -> None:
+    def __init__(self, session: Owner) -> None:
         self.session = session
         self.subscribed: set[str] = set()
         self._changed = asyncio.Event()
