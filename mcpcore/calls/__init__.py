@@ -374,7 +374,8 @@ async def wait(
     task = local.running(call_id) if local is not None else None
     # A run in this process that nobody wants progress of ends through its task alone.
     async with _listening(call_id, task is None or on_progress is not None) as (layer, channel):
-        return await _watch(call, deadline, task, layer, channel, on_progress, on_heartbeat)
+        call = await _watch(call, deadline, task, layer, channel, on_progress, on_heartbeat)
+    return call
 
 
 @contextlib.asynccontextmanager

@@ -78,7 +78,8 @@ async def _execute(sup: SessionHost, call: ToolCall) -> tuple[str, str, dict]:
     asking = Asking(call, timeout)
     try:
         with session.running(asking):
-            return await _attempts(session, call, timeout, asking)
+            outcome = await _attempts(session, call, timeout, asking)
+        return outcome
     finally:
         if asking.asked:
             # A question still open when its call ends has nobody left to answer to (SPEC
