@@ -203,6 +203,28 @@ def _go(request: HtmxRequest, url: str) -> HttpResponse:
     return redirect(url)
 
 
+class _Refusal:
+    """A refusal of the call path (`calls.CallError`) in a block, caught and kept for the page
+    to say: the pages' one mapping of it, as `api_view` is `/v1`'s. True once one was caught;
+    `message` is the call path's own text."""
+
+    def __init__(self) -> None:
+        self.caught = False
+        self.message = ""
+
+    def __bool__(self) -> bool:
+        return self.caught
+
+    def __enter__(self) -> "_Refusal":
+        return self
+
+    def __exit__(self, kind, exc, traceback) -> bool:
+        if isinstance(exc, calls.CallError):
+            self.caught, self.message = True, exc.message
+            return True
+        return False
+
+
 def _plain(text: str, status: int) -> HttpResponse:
     """A text/plain answer for a one-tap link. Marked as logged, so Django's request logger never
     writes the path (which holds the action token) for a 4xx."""
@@ -472,15 +494,15 @@ def tool_try(request: HtmxRequest, name: str) -> HttpResponse:
     tool = get_object_or_404(Tool, server=server, tool_name=request.POST.get("tool", ""))
     session_id = f"console-{request.user.get_username()}"[:200]
     error, call, local = "", None, calls.local_supervisor(request)
-    try:
-        args = arguments_from(tool.input_schema, request.POST)
-        call = calls.create(
-            None, request.user.get_username(), tool.registered_name, args, session_id, "confirm", local=local
-        )
-    except ValueError as exc:
-        error = str(exc)
-    except calls.CallError as exc:
-        error = exc.message
+    with _Refusal() as refused:
+        try:
+            args = arguments_from(tool.input_schema, request.POST)
+            call = calls.create(
+                None, request.user.get_username(), tool.registered_name, args, session_id, "confirm", local=local
+            )
+        except ValueError as exc:
+            error = str(exc)
+    error = error or refused.message
     if call is not None:
         call = control.run_to_end(_submit_and_wait, call, local)
     # No call: `error` says why.
@@ -588,7 +610,7 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
         messages.error(request, "That reply was not understood.")
     else:
         body = form.body()
-        try:
+        with _Refusal() as refused:
             call = control.run_to_end(
                 calls.respond,
                 form.cleaned_data["session_id"],
@@ -598,8 +620,8 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
                 local=calls.local_supervisor(request),
                 by=audit.by(request),
             )
-        except calls.CallError as exc:
-            messages.error(request, f"Not applied: {exc.message}.")
+        if refused:
+            messages.error(request, f"Not applied: {refused.message}.")
         else:
             # A denial is not a success to flash in green (issue 47).
             said = messages.info if call.decision == CallDecision.DENY else messages.success
@@ -663,10 +685,10 @@ def pending_answer(request: HtmxRequest, question_id: uuid.UUID) -> HttpResponse
     body: dict = {"action": action}
     if action == "accept" and question.mode == QuestionMode.FORM:
         body["content"] = elicitation.from_form(question.schema, request.POST)
-    try:
+    with _Refusal() as refused:
         questions.answer(question.id, body, request.user.get_username())
-    except calls.CallError as exc:
-        messages.error(request, f"Not sent: {exc.message}.")
+    if refused:
+        messages.error(request, f"Not sent: {refused.message}.")
     else:
         messages.success(request, answer_message(question.server_name, action))
     return _inbox_after(request)
@@ -1192,7 +1214,7 @@ def one_tap(request: HttpRequest, token: str) -> HttpResponse:
         response._has_been_logged = True  # type: ignore[attr-defined]  # as in _plain
         return _private(response)
     who = f"{target.name} (one-tap)"
-    try:
+    with _Refusal() as refused:
         control.run_to_end(
             calls.respond,
             call.session_id,
@@ -1201,7 +1223,7 @@ def one_tap(request: HttpRequest, token: str) -> HttpResponse:
             who,
             by=audit.Actor(who, audit.address_of(request)),
         )
-    except calls.CallError:
+    if refused:
         return _plain(LINK_GONE, 410)
     return _plain("approved" if approve else "denied", 200)
 
