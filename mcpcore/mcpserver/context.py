@@ -21,11 +21,7 @@ from ..models import ApiToken
 from . import catalog, relay
 
 SESSION_META = "io.agenvoy/session"
-
-
 ENDPOINT_KEY = "agenvoy.endpoint"
-
-
 TOKEN_KEY = "agenvoy.token"
 
 
