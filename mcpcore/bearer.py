@@ -6,10 +6,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import audit
-from .oauth import grants
 from .choices import AuditAction, TokenRole
 from .db import cache
 from .models import ApiToken, View
+from .oauth import grants
 
 
 def authenticate(authorization_header_value: str | None) -> ApiToken | None:

@@ -173,8 +173,8 @@ async def authorize(name: str, person: str) -> str:
     from django.conf import settings
 
     from . import db
-    from .oauth import upstream
     from .models import Worker
+    from .oauth import upstream
 
     def plan() -> tuple[str, str]:
         from .models import Server

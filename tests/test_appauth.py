@@ -9,8 +9,8 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from mcpcore import audit
-from mcpcore.oauth import clients, grants
 from mcpcore.models import AppClient, AppCode, AppToken
+from mcpcore.oauth import clients, grants
 
 BY = audit.Actor("alice", "127.0.0.1")
 

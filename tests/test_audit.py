@@ -15,9 +15,9 @@ from django.test import RequestFactory
 from django.utils import timezone
 
 from mcpcore import audit, calls, files, retention, serverconfig
-from mcpcore.oauth import upstream
 from mcpcore.choices import AuditAction
 from mcpcore.models import ApiToken, AuditEntry, Server, Tool
+from mcpcore.oauth import upstream
 from tests.rows import write_servers
 
 pytestmark = pytest.mark.django_db

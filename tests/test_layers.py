@@ -371,7 +371,7 @@ def test_it_reports_a_broken_rule(tmp_path):
     (tmp_path / "mcpcore" / "control.py").write_text("")
     (tmp_path / "mcpcore" / "api" / "views.py").write_text("from ..web.views import page\n")
     (tmp_path / "mcpcore" / "db" / "_lane.py").write_text("")
-    (tmp_path / "mcpcore" / "db" / "cache.py").write_text("from ..calls import approvals\n")
+    (tmp_path / "mcpcore" / "db" / "cache.py").write_text("from ..calls.approvals import grant\n")
     (tmp_path / "mcpcore" / "calls" / "approvals.py").write_text("")
     (tmp_path / "tests" / "rows.py").write_text("")
     (tmp_path / "bench" / "b.py").write_text("from mcpcore.db import _lane\nfrom tests import rows\n")

@@ -10,8 +10,7 @@ from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from mcpcore import control
-from mcpcore.calls import questions
-from mcpcore.calls import ReplyError
+from mcpcore.calls import ReplyError, questions
 from mcpcore.models import Question
 from tests.rows import make_call
 

@@ -11,8 +11,8 @@ from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
 from .. import db, metrics
-from ..calls import questions
 from ..bearer import authenticate
+from ..calls import questions
 from ..choices import CALL_ENDED, CallKind, TokenRole, history_kind, stored_kind
 from ..models import AuditEntry, ToolCall, iso
 from ..schemas import AuditQuery, Contract, ExportQuery, InputError

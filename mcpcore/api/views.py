@@ -8,10 +8,10 @@ from django.http import JsonResponse
 from django.utils import timezone
 
 from .. import allowlist, audit, control, files, serverconfig, toolviewstore
-from ..oauth import grants
 from ..choices import CallStatus, TokenRole
 from ..db import cache
 from ..models import Server, Tool, ToolCall, mask_config
+from ..oauth import grants
 from ..schemas import (
     AllowEdit,
     AllowQuery,
@@ -97,8 +97,8 @@ def mcp_status(request: ApiRequest) -> JsonResponse:
     from django.db.models import Count
 
     from .. import retention
-    from ..oauth import upstream
     from ..models import OAuthAccount, iso
+    from ..oauth import upstream
 
     rows = Server.objects.annotate(n=Count("tools")).order_by("name")
     accounts = {a.server_name: a for a in OAuthAccount.objects.all()}

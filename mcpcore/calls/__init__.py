@@ -32,11 +32,11 @@ import anyio
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from .. import control, db, gate, names, schemas
-from ..oauth import upstream
+from .. import audit, control, db, gate, names, schemas
 from ..choices import CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
 from ..db import cache, callsql
 from ..models import ApiToken, Server, Tool, ToolCall, Worker, time_ordered_uuid
+from ..oauth import upstream
 from .approvals import (
     allowed,
     app_grant_revoke,
@@ -44,9 +44,9 @@ from .approvals import (
     grant,
     granted,
     permission_answer,
+    permission_grant_revoke,
     remember_permission,
     revoke_allowance,
-    permission_grant_revoke,
     revoke_token,
     rule_for,
     rules_in_force,
@@ -395,7 +395,9 @@ async def _listening(call_id: str, wanted: bool) -> AsyncIterator[tuple]:
                 await layer.group_discard(group, channel)
 
 
-async def _watch(call: ToolCall, deadline: float, task, layer, channel, on_progress, on_heartbeat) -> ToolCall:
+async def _watch(
+    call: ToolCall, deadline: float, task, layer, channel, on_progress, on_heartbeat
+) -> ToolCall:
     """`wait`'s loop: the next event (a message, the local task's end, a second gone by, a
     heartbeat due) until the call ends or `deadline` (the loop's time) passes."""
     loop = asyncio.get_running_loop()
@@ -586,4 +588,3 @@ async def stop(call_id, local: LocalSupervisor | None = None) -> ToolCall:
     else:
         await control.cancel_call(call)
     return call
-

@@ -12,12 +12,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from .. import allowlist, audit, files, gate, rules, schemas
-from ..oauth import grants
 from ..choices import AuditAction, CallDecision, CallKind, CallStatus, Mode
-from ..db import cache, callsql
+from ..db import cache
 from ..models import AllowEntry, ApiToken, AppGrant, PermissionGrant, SessionAllowance, Tool, ToolCall, iso
+from ..oauth import grants
 from .record import TOKEN_REVOKED, checked, finish, record
-
 
 _matcher: dict = {"key": None, "match": None}
 
@@ -82,7 +81,9 @@ def allow_session(call: ToolCall, who: str, by: audit.Actor) -> SessionAllowance
     """Make "approve for session" of `call` (SPEC 12.2): bound to the token that made the call,
     not to whoever replied; audited as `by`'s."""
     row = SessionAllowance.objects.create(session_id=call.session_id, token_id=call.token_id, granted_by=who)
-    audit.record(AuditAction.ALLOWANCE_ADD, call.session_id, actor=by, after=allowance_state(row, call.tool_name))
+    audit.record(
+        AuditAction.ALLOWANCE_ADD, call.session_id, actor=by, after=allowance_state(row, call.tool_name)
+    )
     return row
 
 
@@ -119,7 +120,11 @@ def grant(
                 token=token, kind=kind, tool_name=tool_name, granted_by=who, created_at=now, expires_at=until
             )
         audit.record(
-            AuditAction.ALLOWANCE_ADD, tool_name, actor=by, before=before, after=permission_grant_state(current)
+            AuditAction.ALLOWANCE_ADD,
+            tool_name,
+            actor=by,
+            before=before,
+            after=permission_grant_state(current),
         )
     return current
 
@@ -141,7 +146,10 @@ def remember_permission(
             token=token, kind=CallKind.PERMISSION_PROMPT, tool_name=tool_name, granted_by=who
         )
         audit.record(
-            AuditAction.ALLOWANCE_ADD, tool_name, actor=by or audit.Actor(who), after=permission_grant_state(made)
+            AuditAction.ALLOWANCE_ADD,
+            tool_name,
+            actor=by or audit.Actor(who),
+            after=permission_grant_state(made),
         )
     return made
 

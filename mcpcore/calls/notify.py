@@ -32,9 +32,9 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from .. import audit, db, metrics, onetap
-from ..oauth import upstream
 from ..choices import AuditAction, CallKind, CallStatus, DeliveryStatus, QuestionStatus, TargetKind
 from ..models import SECRET_MASK, Delivery, NotificationTarget, Question, ToolCall, iso
+from ..oauth import upstream
 from . import questions
 
 log = logging.getLogger("mcpcore.notify")

@@ -143,4 +143,3 @@ def count_reply(call: ToolCall) -> None:
     db.on_commit(lambda: metrics.confirmation_ended(outcome, created_at, decided_at))
     if call.ended:
         count_end(call)
-

@@ -36,7 +36,11 @@ def reply(
     if authorize is not None:
         authorize(call)
     answer = checked(schemas.Reply, body, ReplyError)
-    if call.is_prompt_or_resource and answer.approve and (answer.remember or answer.allow_turn or _grant_for(answer)):
+    if (
+        call.is_prompt_or_resource
+        and answer.approve
+        and (answer.remember or answer.allow_turn or _grant_for(answer))
+    ):
         # Only an `ask` rule holds these, and it outranks allow_tool, allowances and grants
         # (SPEC 14.2): remembering would write nothing that lets the next one run (docs/decisions.md).
         raise ReplyError(
@@ -146,4 +150,3 @@ def expire_due() -> list[str]:
     """Expire every pending confirmation past its time; returns the call ids expired."""
     due = ToolCall.objects.filter(status=CallStatus.PENDING, expires_at__lte=timezone.now())
     return [str(cid) for cid in due.values_list("id", flat=True) if expire(cid)]
-

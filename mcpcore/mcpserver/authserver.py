@@ -46,8 +46,8 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from .. import audit, calls, db
-from ..oauth import clients, grants
 from ..models import AppClient, AppGrant
+from ..oauth import clients, grants
 
 log = logging.getLogger("mcpcore.mcpserver.oauth")
 

@@ -137,4 +137,3 @@ class ConsoleMiddleware:
         if version not in MODERN_PROTOCOL_VERSIONS:
             return wire
         return {**wire, "_meta": {SERVER_INFO_META_KEY: self.server.server_info_stamp}}
-

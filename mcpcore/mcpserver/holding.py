@@ -221,4 +221,3 @@ async def _abandon(call: ToolCall, local: calls.LocalSupervisor | None) -> None:
         return  # it ended meanwhile
     except Exception:
         log.exception("could not cancel abandoned call %s", call.id)
-

@@ -3,6 +3,7 @@ one call path of the console (gate, inbox, history), held while a person decides
 (`holding`), and `approval_prompt` for agents that delegate their own prompts. The tool list
 is `context.on_list`'s, as every list."""
 
+import json
 import logging
 
 from mcp.shared.exceptions import MCPError
@@ -178,4 +179,3 @@ async def _permission_prompt(ctx, params, token: ApiToken) -> dict:
     # A reply ends a permission prompt at once (nothing runs): the answer is how it ended.
     call = await hold(ctx, call)
     return text_result(json.dumps(calls.permission_answer(call)), False)
-

@@ -26,8 +26,8 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import AnyUrl
 
-from . import upstream
 from ..models import AppClient
+from . import upstream
 
 NAME_MOST = 200
 UNALLOWED_KEEP = datetime.timedelta(hours=24)

@@ -58,4 +58,3 @@ def not_supported(exc: BaseException) -> bool:
     if type(exc).__name__ == "ListenNotSupportedError":
         return True
     return isinstance(exc, MCPError) and exc.error.code == -32601
-

@@ -84,7 +84,10 @@ class Listings:
             prompt_rows, prompt_warnings = registry.prompt_dicts(self.session.name, prompts)
             warnings += prompt_warnings
             if await db.run(
-                registry.replace_prompts, self.session.name, prompt_rows, registry.listing_signature(prompt_rows)
+                registry.replace_prompts,
+                self.session.name,
+                prompt_rows,
+                registry.listing_signature(prompt_rows),
             ):
                 changed.append(f"{len(prompt_rows)} prompts")
         if resources is not None:

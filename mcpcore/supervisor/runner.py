@@ -22,10 +22,10 @@ import anyio
 from django.conf import settings
 
 from .. import calls, control, db, elicitation, gate, results
-from ..oauth import upstream as oauth_upstream
 from ..calls import questions
 from ..choices import CallKind, CallStatus, Via
 from ..models import ToolCall
+from ..oauth import upstream as oauth_upstream
 from .errors import describe, is_session_lost
 from .session import SessionHost, not_offered, upstream_error
 

@@ -24,10 +24,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import ErrorData
 
 from .. import control, db
-from ..oauth import upstream as oauth_upstream
 from ..calls import notify
 from ..choices import ServerState, Transport
 from ..models import Server
+from ..oauth import upstream as oauth_upstream
 from . import transport, upstream
 from .askers import Asker, Askers
 from .errors import describe, found, is_session_lost
@@ -305,7 +305,11 @@ class ServerSession:
         """A failed connect of an HTTP server with no `oauth` key and no Authorization header:
         did it answer 401 + `WWW-Authenticate: Bearer` (SPEC 16.1)? Then it is remembered."""
         config = server.config
-        if server.transport not in HTTP or "oauth" in config or oauth_upstream.has_authorization_header(config):
+        if (
+            server.transport not in HTTP
+            or "oauth" in config
+            or oauth_upstream.has_authorization_header(config)
+        ):
             return False
         if not await upstream.asks_for_oauth(config):
             return False

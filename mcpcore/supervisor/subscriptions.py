@@ -167,7 +167,9 @@ class Subscriptions:
                 if is_session_lost(exc):
                     session.session_lost()
                     return
-                log.warning("server %s: subscription to %s failed: %s", session.name, uri, session.describe(exc))
+                log.warning(
+                    "server %s: subscription to %s failed: %s", session.name, uri, session.describe(exc)
+                )
                 continue
             if adding:
                 self.subscribed.add(uri)

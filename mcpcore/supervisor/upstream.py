@@ -38,9 +38,9 @@ from mcp.shared.auth import (
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from .. import db
-from ..oauth import upstream as oauth_upstream
 from ..choices import FlowStatus, GrantType
 from ..models import Server
+from ..oauth import upstream as oauth_upstream
 from . import transport
 
 log = logging.getLogger("mcpcore.supervisor")
@@ -121,7 +121,9 @@ class DbTokenStorage:
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         data = tokens.model_dump(mode="json", exclude_none=True)
-        await db.run(oauth_upstream.store_tokens, self.name, self.url, data, self.authorized_by, self.authorized_from)
+        await db.run(
+            oauth_upstream.store_tokens, self.name, self.url, data, self.authorized_by, self.authorized_from
+        )
         self.authorized_by = None  # what follows are renewals
         self.authorized_from = ""
         self.fresh = False
@@ -134,7 +136,10 @@ class DbTokenStorage:
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         await db.run(
-            oauth_upstream.store_client, self.name, self.url, client_info.model_dump(mode="json", exclude_none=True)
+            oauth_upstream.store_client,
+            self.name,
+            self.url,
+            client_info.model_dump(mode="json", exclude_none=True),
         )
 
 
@@ -413,7 +418,10 @@ class Flow:
         self._woken = asyncio.Event()
         self._state = ""
         self.storage = DbTokenStorage(
-            server.name, oauth_upstream.server_url(server.config), fresh=True, client=configured_client(server.config)
+            server.name,
+            oauth_upstream.server_url(server.config),
+            fresh=True,
+            client=configured_client(server.config),
         )
 
     def wake(self) -> None:

@@ -16,9 +16,9 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from .. import control, elicitation
-from ..oauth import upstream
 from ..choices import CallStatus, QuestionMode, QuestionStatus
 from ..models import Question, Server, SessionAllowance, ToolCall
+from ..oauth import upstream
 
 PENDING_SHOWN = 200  # the list and the badge stop counting here ("200+")
 

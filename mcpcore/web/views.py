@@ -46,7 +46,6 @@ from .. import (
     toolviewstore,
 )
 from ..calls import notify, questions
-from ..oauth import clients, grants, upstream
 from ..choices import CallDecision, CallStatus, QuestionMode, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
@@ -63,6 +62,7 @@ from ..models import (
     View,
     mask_config,
 )
+from ..oauth import clients, grants, upstream
 from ..schemas import InputError, RulesEdit, ViewEdit
 from . import display, live, signin
 from .forms import (
@@ -498,7 +498,13 @@ def tool_try(request: HtmxRequest, name: str) -> HttpResponse:
         try:
             args = arguments_from(tool.input_schema, request.POST)
             call = calls.create(
-                None, request.user.get_username(), tool.registered_name, args, session_id, "confirm", local=local
+                None,
+                request.user.get_username(),
+                tool.registered_name,
+                args,
+                session_id,
+                "confirm",
+                local=local,
             )
         except ValueError as exc:
             error = str(exc)

@@ -7,8 +7,8 @@ import uuid
 import pytest
 
 from mcpcore import audit
-from mcpcore.oauth import clients, grants
 from mcpcore.models import ApiToken, AppGrant, AuditEntry
+from mcpcore.oauth import clients, grants
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,9 @@ import re
 from django.utils import timezone
 
 from mcpcore import audit, calls
-from mcpcore.oauth import upstream
 from mcpcore.choices import AuditAction
 from mcpcore.models import ApiToken, AuditEntry, NotificationTarget, PermissionGrant, SessionAllowance
+from mcpcore.oauth import upstream
 from mcpcore.web.display import PAGE_SIZE
 
 ME = ("op", "127.0.0.1")  # the test client's address
