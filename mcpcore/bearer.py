@@ -6,10 +6,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import audit
-from .appauth import grants
 from .choices import AuditAction, TokenRole
 from .db import cache
 from .models import ApiToken, View
+from .oauth import grants
 
 
 def authenticate(authorization_header_value: str | None) -> ApiToken | None:
@@ -26,7 +26,7 @@ def authenticate(authorization_header_value: str | None) -> ApiToken | None:
     return token
 
 
-APP_PREFIX = "agvat_"  # an app's access token (mcpcore.appauth.grants)
+APP_PREFIX = "agvat_"  # an app's access token (mcpcore.oauth.grants)
 
 
 def _bearer(header: str | None) -> str | None:

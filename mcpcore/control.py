@@ -172,8 +172,9 @@ async def authorize(name: str, person: str) -> str:
 
     from django.conf import settings
 
-    from . import db, oauth
+    from . import db
     from .models import Worker
+    from .oauth import upstream
 
     def plan() -> tuple[str, str]:
         from .models import Server
@@ -182,7 +183,7 @@ async def authorize(name: str, person: str) -> str:
         channel = (
             Worker.objects.filter(name=owner).values_list("channel", flat=True).first() if owner else None
         )
-        flow = oauth.new_flow(name, person)
+        flow = upstream.new_flow(name, person)
         return channel or "", str(flow.id)
 
     channel, flow_id = await db.run(plan)

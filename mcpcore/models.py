@@ -312,7 +312,7 @@ class Resource(models.Model):
         return self.uri
 
 
-def app_uri(meta: Any) -> str | None:
+def ui_uri(meta: Any) -> str | None:
     """The `ui://` resource a tool names as its app (`_meta.ui.resourceUri`, or the older flat
     key `ui/resourceUri`)."""
     ui = meta.get("ui") if isinstance(meta, dict) else None
@@ -466,7 +466,7 @@ class AppClient(models.Model):
     name = models.CharField(max_length=200, default="")
     redirect_uris = models.JSONField(default=list)
     auth_method = models.CharField(max_length=30, default="none")
-    secret = models.TextField(default="", blank=True)  # sealed (mcpcore.oauth.seal); "" for none
+    secret = models.TextField(default="", blank=True)  # sealed (mcpcore.oauth.upstream.seal); "" for none
     document = models.BooleanField(default=False)
     address = models.CharField(max_length=64, default="", blank=True)  # who registered it
     created_at = models.DateTimeField(default=timezone.now)
@@ -977,7 +977,7 @@ class CacheGeneration(models.Model):
 
 class OAuthAccount(models.Model):
     """The console's OAuth standing with one server (SPEC 16.4): its client registration and
-    tokens, each encrypted (`mcpcore.oauth`), the absolute expiry of the access token kept
+    tokens, each encrypted (`mcpcore.oauth.upstream`), the absolute expiry of the access token kept
     beside them, and what the pages show (who authorized, when, the scopes). Bound to the
     `url` it was made for: the tokens are never offered to another address. `detected`: the
     server asked for OAuth itself (401 + `WWW-Authenticate: Bearer`) with no `oauth` key."""

@@ -18,7 +18,7 @@ def add_webhook(c: Console, url: str) -> str:
     out = c.manage(
         "shell",
         "-c",
-        f"from mcpcore import notify; print('SECRET=' + notify.add_target('webhook', {url!r})[1])",
+        f"from mcpcore.calls import notify; print('SECRET=' + notify.add_target('webhook', {url!r})[1])",
     )
     return next(line for line in out.splitlines() if line.startswith("SECRET="))[len("SECRET=") :]
 

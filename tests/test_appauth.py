@@ -1,4 +1,4 @@
-"""mcpcore.appauth (SPEC 21.2-21.4) on the database: the registration rules, the metadata
+"""mcpcore.oauth (SPEC 21.2-21.4) on the database: the registration rules, the metadata
 documents' checks, codes and tokens kept as hashes."""
 
 import datetime
@@ -9,8 +9,8 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from mcpcore import audit
-from mcpcore.appauth import clients, grants
 from mcpcore.models import AppClient, AppCode, AppToken
+from mcpcore.oauth import clients, grants
 
 BY = audit.Actor("alice", "127.0.0.1")
 

@@ -14,9 +14,10 @@ from django.core.management import call_command
 from django.test import RequestFactory
 from django.utils import timezone
 
-from mcpcore import audit, calls, files, oauth, retention, serverconfig
+from mcpcore import audit, calls, files, retention, serverconfig
 from mcpcore.choices import AuditAction
 from mcpcore.models import ApiToken, AuditEntry, Server, Tool
+from mcpcore.oauth import upstream
 from tests.rows import write_servers
 
 pytestmark = pytest.mark.django_db
@@ -219,31 +220,31 @@ def test_it_records_another_programs_edit_as_file_before_the_consoles_own_change
 
 
 def test_it_records_a_persons_authorization_but_not_renewals_or_machine_accounts():
-    oauth.store_tokens(
+    upstream.store_tokens(
         "linear",
         "https://l/mcp",
         {"access_token": "at-1", "refresh_token": "rt-1", "scope": "read"},
         "op",
         "192.0.2.4",
     )
-    oauth.store_tokens(
+    upstream.store_tokens(
         "linear", "https://l/mcp", {"access_token": "at-2", "refresh_token": "rt-2"}
     )  # a renewal
-    oauth.store_tokens("machine", "https://m/mcp", {"access_token": "at-3"}, "")  # client credentials
+    upstream.store_tokens("machine", "https://m/mcp", {"access_token": "at-3"}, "")  # client credentials
     entry = only(AuditAction.SERVER_AUTHORIZE)
     assert (entry.object, entry.actor, entry.address, entry.before) == ("linear", "op", "192.0.2.4", None)
     assert entry.after["authorized_by"] == "op" and entry.after["scopes"] == ["read"]
     assert entry.after["url"] == "https://l/mcp"
-    assert oauth.forget("linear", audit.Actor("op", "192.0.2.4")) and not oauth.forget("linear")
+    assert upstream.forget("linear", audit.Actor("op", "192.0.2.4")) and not upstream.forget("linear")
     forgot = only(AuditAction.SERVER_FORGET)
     assert (forgot.object, forgot.before["authorized_by"], forgot.after) == ("linear", "op", None)
 
 
 def test_it_keeps_the_address_the_person_came_back_from_with_the_code():
-    flow = oauth.new_flow("linear", "op")
-    oauth.flow_waiting(str(flow.id), "st-1", "https://auth/authorize?state=st-1")
-    assert oauth.callback("st-1", "code-1", "", "op", "", "203.0.113.5") is not None
-    _, code, _, person = oauth.flow_code(str(flow.id))
+    flow = upstream.new_flow("linear", "op")
+    upstream.flow_waiting(str(flow.id), "st-1", "https://auth/authorize?state=st-1")
+    assert upstream.callback("st-1", "code-1", "", "op", "", "203.0.113.5") is not None
+    _, code, _, person = upstream.flow_code(str(flow.id))
     assert (code["code"], code["from"], person) == ("code-1", "203.0.113.5", "op")
 
 
@@ -333,10 +334,10 @@ def test_it_never_stores_a_secret_in_any_row(api, agenvoy_home, client, django_u
     mcp_json["servers"]["disk"] = {"command": "x", "env": {"TOKEN": secrets[4]}}
     (agenvoy_home / "mcp.json").write_text(json.dumps(mcp_json))
     files.sync_servers()
-    oauth.store_tokens(
+    upstream.store_tokens(
         "disk", "https://d/mcp", {"access_token": secrets[5], "refresh_token": secrets[6]}, "op"
     )
-    oauth.forget("disk")
+    upstream.forget("disk")
     client.force_login(django_user_model.objects.create_user("op"))
     html = client.post("/tokens/create/", {"name": "new"}).content.decode()
     secrets.append(html.split('id="new-token">')[1].split("<")[0])

@@ -55,7 +55,7 @@ def test_it_keeps_the_words_of_the_contract():
 
 
 def test_it_tells_open_questions_from_ended_ones_and_each_action_its_end():
-    from mcpcore import questions
+    from mcpcore.calls import questions
 
     assert set(questions.OPEN) == {"asked", "pending"}
     assert questions.ENDED_BY == {"accept": "answered", "decline": "declined", "cancel": "cancelled"}

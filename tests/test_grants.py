@@ -5,7 +5,7 @@ grant, or the token, makes them wait again. Grants are console rows, never `allo
 
 The calls go through the real call path (`calls.create`, the gate) on a real database, the
 replies through `/v1` and the pages (Django test client); `/mcp` and `/mcp/<server>` reach the
-same `calls.create` (see mcpserver.handlers), so a grant holds there as well.
+same `calls.create` (see mcpserver.tools), so a grant holds there as well.
 """
 
 import datetime

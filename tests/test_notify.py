@@ -18,7 +18,8 @@ import pytest_asyncio
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from mcpcore import notify, onetap
+from mcpcore import onetap
+from mcpcore.calls import notify
 from mcpcore.models import Delivery, NotificationTarget, ToolCall
 from tests.live import await_until
 from tests.webhooks import Receiver, verify
@@ -384,7 +385,7 @@ def test_it_tells_webhooks_about_a_pending_prompt_or_resource_with_its_kind_and_
 
 
 def pending_question(message="Which branch?"):
-    from mcpcore import questions
+    from mcpcore.calls import questions
 
     call = pending_call(tool="deploy")
     ToolCall.objects.filter(id=call.id).update(status="running", confirm_id=None, notified=notify.TOLD_ALL)
@@ -404,7 +405,7 @@ def test_it_words_a_questions_ntfy_push_without_buttons():
 
 @pytest.mark.django_db
 def test_it_tells_every_target_once_of_a_question_in_the_inbox(settings):
-    from mcpcore import questions
+    from mcpcore.calls import questions
 
     settings.AGENVOY_PUBLIC_URL = "https://c.example"
     hook, _ = notify.add_target("webhook", "http://127.0.0.1:9/a")
@@ -435,7 +436,7 @@ def test_it_tells_every_target_once_of_a_question_in_the_inbox(settings):
 
 @pytest.mark.django_db
 def test_it_tells_nobody_of_a_question_answered_before_the_notifier_looked():
-    from mcpcore import questions
+    from mcpcore.calls import questions
 
     notify.add_target("webhook", "http://127.0.0.1:9/a")
     q = pending_question()

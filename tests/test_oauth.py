@@ -13,8 +13,10 @@ import httpx2
 import pytest
 from django.utils import timezone
 
-from mcpcore import notify, oauth, schemas
-from mcpcore.models import OAuthAccount, mask_config, unmask_config
+from mcpcore import schemas
+from mcpcore.calls import notify
+from mcpcore.models import OAuthAccount, OAuthFlow, mask_config, unmask_config
+from mcpcore.oauth import upstream as oauth_upstream
 from mcpcore.supervisor import upstream
 from tests.live import db_rows, signed_in, wait_until
 from tests.servers.oauthlab.run import NOT_AUTHORIZED, Lab, consent
@@ -351,7 +353,9 @@ def test_it_goes_back_to_needs_authorization_and_tells_people_when_a_renewal_is_
     lab = Lab(tmp_path / "lab5", access_ttl=5).start()
     try:
         c = authorized_console(console, lab)
-        add_target = "from mcpcore import notify; notify.add_target('webhook', 'http://127.0.0.1:9/hook')"
+        add_target = (
+            "from mcpcore.calls import notify; notify.add_target('webhook', 'http://127.0.0.1:9/hook')"
+        )
         c.manage("shell", "-c", add_target)
         lab.fail_refresh(-1)
         st = wait_state(c, "needs_authorization", timeout=30)
@@ -383,28 +387,28 @@ URL = "http://127.0.0.1:9/mcp"
 
 @pytest.mark.django_db
 def test_it_keeps_tokens_encrypted_and_gives_them_back_only_for_the_same_address(settings):
-    oauth.store_client("s", URL, {"client_id": "c-1", "client_secret": "cs-5e6f7a8b9c0d"})
-    oauth.store_tokens("s", URL, TOKENS, authorized_by="op")
+    oauth_upstream.store_client("s", URL, {"client_id": "c-1", "client_secret": "cs-5e6f7a8b9c0d"})
+    oauth_upstream.store_tokens("s", URL, TOKENS, authorized_by="op")
     raw = OAuthAccount.objects.values_list("tokens", "client_info").get(server_name="s")
     for secret in ("at-4f1c9e2b7a65d3f0", "rt-9b8a7c6d5e4f3a21", "cs-5e6f7a8b9c0d"):
         assert all(secret not in column for column in raw)
-    tokens, client, expires_at = oauth.load("s", URL)
+    tokens, client, expires_at = oauth_upstream.load("s", URL)
     assert tokens == TOKENS and client == {"client_id": "c-1", "client_secret": "cs-5e6f7a8b9c0d"}
     assert abs((expires_at - timezone.now()).total_seconds() - 60) < 5
     account = OAuthAccount.objects.get(server_name="s")
     assert (account.authorized_by, account.scopes) == ("op", ["lab.read", "lab.write"])
-    assert oauth.load("s", "http://elsewhere/mcp") == (None, None, None)
+    assert oauth_upstream.load("s", "http://elsewhere/mcp") == (None, None, None)
     # A renewal keeps who authorized; the rotated refresh token is in the same write.
-    oauth.store_tokens("s", URL, {**TOKENS, "access_token": "at-2", "refresh_token": "rt-2"})
+    oauth_upstream.store_tokens("s", URL, {**TOKENS, "access_token": "at-2", "refresh_token": "rt-2"})
     account.refresh_from_db()
     assert (account.authorized_by, account.renewals) == ("op", 1)
-    assert oauth.load("s", URL)[0]["refresh_token"] == "rt-2"
+    assert oauth_upstream.load("s", URL)[0]["refresh_token"] == "rt-2"
     # Rows sealed under another secret key are as good as gone.
     settings.SECRET_KEY = "another-secret-key"
-    assert oauth.load("s", URL)[0] is None
+    assert oauth_upstream.load("s", URL)[0] is None
     settings.SECRET_KEY = "test-secret-key-not-for-production"
-    assert oauth.forget("s") is True and oauth.load("s", URL)[0] is None
-    assert oauth.load("s", URL)[1] is not None  # the registration stays
+    assert oauth_upstream.forget("s") is True and oauth_upstream.load("s", URL)[0] is None
+    assert oauth_upstream.load("s", URL)[1] is not None  # the registration stays
 
 
 @pytest.mark.asyncio
@@ -412,8 +416,8 @@ def test_it_keeps_tokens_encrypted_and_gives_them_back_only_for_the_same_address
 async def test_it_loads_the_stored_expiry_so_an_expired_token_is_renewed_not_sent(settings):
     from asgiref.sync import sync_to_async
 
-    await sync_to_async(oauth.store_client)("s", URL, {"client_id": "c-1", "redirect_uris": [URL]})
-    await sync_to_async(oauth.store_tokens)("s", URL, TOKENS, "op")
+    await sync_to_async(oauth_upstream.store_client)("s", URL, {"client_id": "c-1", "redirect_uris": [URL]})
+    await sync_to_async(oauth_upstream.store_tokens)("s", URL, TOKENS, "op")
     config = {"url": URL, "oauth": {}}
     provider = upstream.auth_code_provider("s", config)
     await provider._initialize()
@@ -507,9 +511,9 @@ def test_it_forgets_a_removed_servers_tokens(agenvoy_home):
 
     (agenvoy_home / "mcp.json").write_text(json.dumps({"servers": {"s": {"url": URL, "oauth": {}}}}))
     files.sync_servers()
-    oauth.store_tokens("s", URL, TOKENS, authorized_by="op")
-    oauth.new_flow("s", "op")
+    oauth_upstream.store_tokens("s", URL, TOKENS, authorized_by="op")
+    oauth_upstream.new_flow("s", "op")
     (agenvoy_home / "mcp.json").write_text(json.dumps({"servers": {}}))
     files.sync_servers()
-    assert oauth.load("s", URL) == (None, None, None)
-    assert not oauth.OAuthFlow.objects.filter(server_name="s").exists()
+    assert oauth_upstream.load("s", URL) == (None, None, None)
+    assert not OAuthFlow.objects.filter(server_name="s").exists()

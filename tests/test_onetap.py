@@ -54,7 +54,7 @@ def c(receivers, module_console):
     console.manage(
         "shell",
         "-c",
-        "from mcpcore import notify; "
+        "from mcpcore.calls import notify; "
         f"notify.add_target('ntfy', {ntfy.url!r}); notify.add_target('webhook', {webhook.url!r})",
     )
     module_console.start(console)

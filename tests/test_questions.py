@@ -9,8 +9,8 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from mcpcore import control, questions
-from mcpcore.calls import ReplyError
+from mcpcore import control
+from mcpcore.calls import ReplyError, questions
 from mcpcore.models import Question
 from tests.rows import make_call
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from mcpcore import notify, retention
+from mcpcore import retention
+from mcpcore.calls import notify
 from mcpcore.models import Delivery, NotificationTarget, Question, ToolCall
 from tests.live import CALL_COLUMNS, call_row, insert_call_rows, wait_until
 

@@ -10,8 +10,9 @@ from django.conf import settings
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
-from .. import db, metrics, questions
+from .. import db, metrics
 from ..bearer import authenticate
+from ..calls import questions
 from ..choices import CALL_ENDED, CallKind, TokenRole, history_kind, stored_kind
 from ..models import AuditEntry, ToolCall, iso
 from ..schemas import AuditQuery, Contract, ExportQuery, InputError

@@ -32,8 +32,8 @@ urlpatterns = [
     _named("audit", ops.audit_export),
     _named("views", views.toolviews_view),
     _named("views/remove", views.toolviews_remove),
-    _named("grants", views.grants_list),
-    path("grants/<str:grant_id>/revoke", views.grant_revoke, name="api-grant-revoke"),
+    _named("grants", views.app_grants_list),
+    path("grants/<str:grant_id>/revoke", views.app_grant_revoke, name="api-grant-revoke"),
     path("<path:rest>", views.not_found, name="api-not-found"),
     # What <path:> can't match ("" and paths with newlines) also answers JSON, after auth.
     re_path(r"^[\s\S]*\Z", views.not_found, name="api-not-found-any"),

@@ -8,10 +8,10 @@ from django.http import JsonResponse
 from django.utils import timezone
 
 from .. import allowlist, audit, control, files, serverconfig, toolviewstore
-from ..appauth import grants
 from ..choices import CallStatus, TokenRole
 from ..db import cache
 from ..models import Server, Tool, ToolCall, mask_config
+from ..oauth import grants
 from ..schemas import (
     AllowEdit,
     AllowQuery,
@@ -96,8 +96,9 @@ def not_found(request: ApiRequest, rest: str = "") -> JsonResponse:
 def mcp_status(request: ApiRequest) -> JsonResponse:
     from django.db.models import Count
 
-    from .. import oauth, retention
+    from .. import retention
     from ..models import OAuthAccount, iso
+    from ..oauth import upstream
 
     rows = Server.objects.annotate(n=Count("tools")).order_by("name")
     accounts = {a.server_name: a for a in OAuthAccount.objects.all()}
@@ -106,7 +107,7 @@ def mcp_status(request: ApiRequest) -> JsonResponse:
     prompts, resources = _listing_counts()
     servers = [
         s.to_status(
-            s.n, oauth.status_item(s, accounts.get(s.name)), prompts.get(s.pk, 0), resources.get(s.pk, 0)
+            s.n, upstream.status_item(s, accounts.get(s.name)), prompts.get(s.pk, 0), resources.get(s.pk, 0)
         )
         for s in rows
     ]
@@ -198,10 +199,11 @@ async def mcp_reconnect(request: ApiRequest) -> JsonResponse:
 @api_view(("POST",))
 async def mcp_authorize(request: ApiRequest) -> JsonResponse:
     """Start a person's OAuth flow for a server (SPEC 16.2): the URL to send the browser to."""
-    from .. import db, oauth
+    from .. import db
+    from ..oauth import upstream
 
     name = AuthorizeBody.check(json_body(request)).name
-    problem = await db.run(oauth.authorize_problem, name)
+    problem = await db.run(upstream.authorize_problem, name)
     if problem is not None:
         raise ApiError(*problem)
     try:
@@ -292,7 +294,7 @@ async def _call_answer(request: ApiRequest, call_id, wait: float, full: bool = F
     call = waited
     if not full:
         return _answer(call)
-    from .. import questions
+    from ..calls import questions
 
     # The history keeps the questions its servers asked, and their answers (SPEC 20.4).
     asked = await db.run(questions.of_call, call.id, request.api_token.role == TokenRole.AGENT)
@@ -326,7 +328,7 @@ async def mcp_call_cancel(request: ApiRequest, call_id: str) -> JsonResponse:
 
 @api_view(("GET",))
 def pending(request: ApiRequest) -> JsonResponse:
-    from .. import questions
+    from ..calls import questions
 
     token = request.api_token
     rows = visible_calls(token, ToolCall.objects.filter(status=CallStatus.PENDING)).order_by("created_at")
@@ -341,7 +343,8 @@ def pending(request: ApiRequest) -> JsonResponse:
 @api_view(("POST",))
 async def pending_answer(request: ApiRequest, question_id: str) -> JsonResponse:
     """A token's answer to a server's question (SPEC 20.4), refused as replies are (12.1)."""
-    from .. import db, questions
+    from .. import db
+    from ..calls import questions
 
     body = json_body(request)
     token = request.api_token
@@ -460,18 +463,18 @@ async def claude_code_hook(request: ApiRequest) -> JsonResponse:
 
 
 @api_view(("GET",))
-def grants_list(request: ApiRequest) -> JsonResponse:
+def app_grants_list(request: ApiRequest) -> JsonResponse:
     return JsonResponse({"grants": [grants.to_dict(g) for g in grants.live_grants()]})
 
 
 @api_view(("POST",))
-async def grant_revoke(request: ApiRequest, grant_id: str) -> JsonResponse:
+async def app_grant_revoke(request: ApiRequest, grant_id: str) -> JsonResponse:
     """Revoke an app's grant: its tokens stop working at once on every process, and the calls
     it left pending end as `cancelled` (as a revoked token's do, SPEC 12.2)."""
     from .. import calls, db
 
     by = audit.by(request)
-    ended = await db.write(_revoke_grant, grant_id, by)
+    ended = await db.write(_app_grant_revoke, grant_id, by)
     if ended is None:
         raise ApiError("grant not found", 404)
     for call_id in ended:
@@ -479,7 +482,7 @@ async def grant_revoke(request: ApiRequest, grant_id: str) -> JsonResponse:
     return JsonResponse({"ok": True})
 
 
-def _revoke_grant(grant_id: str, by: audit.Actor) -> list[str] | None:
+def _app_grant_revoke(grant_id: str, by: audit.Actor) -> list[str] | None:
     from .. import calls
     from ..models import AppGrant
 
@@ -492,6 +495,4 @@ def _revoke_grant(grant_id: str, by: audit.Actor) -> list[str] | None:
     )
     if grant is None:
         return None
-    _revoked, ended = calls.revoke_token(grant.token_id, by)
-    grants.revoke_grant(grant, by)
-    return ended
+    return calls.app_grant_revoke(grant, by)[1]

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse
 
 from .. import db, names
 from ..bearer import app_token, authenticate
-from . import authserver, catalog, handlers, reads
+from . import authserver, catalog, context, holding, reads, tools
 from .changes import Changes
 
 log = logging.getLogger("mcpcore.mcpserver")
@@ -81,14 +81,14 @@ class McpEndpoint:
         self.changes = Changes()
         self.server = ConsoleServer(
             NAME,
-            on_list_tools=handlers.on_list,  # type: ignore[arg-type]
+            on_list_tools=context.on_list,  # type: ignore[arg-type]
             # A plain dict result: the SDK's runner takes one (runner._dump_result), its type not.
-            on_call_tool=handlers.on_call_tool,  # type: ignore[arg-type]
+            on_call_tool=tools.on_call_tool,  # type: ignore[arg-type]
             # Lists and results as plain dicts too (SPEC 20.2): the SDK shapes them per era.
-            on_list_prompts=handlers.on_list,  # type: ignore[arg-type]
+            on_list_prompts=context.on_list,  # type: ignore[arg-type]
             on_get_prompt=reads.on_get_prompt,  # type: ignore[arg-type]
-            on_list_resources=handlers.on_list,  # type: ignore[arg-type]
-            on_list_resource_templates=handlers.on_list,  # type: ignore[arg-type]
+            on_list_resources=context.on_list,  # type: ignore[arg-type]
+            on_list_resource_templates=context.on_list,  # type: ignore[arg-type]
             on_read_resource=reads.on_read_resource,  # type: ignore[arg-type]
             on_subscribe_resource=self.changes.on_subscribe,  # type: ignore[arg-type]
             on_unsubscribe_resource=self.changes.on_unsubscribe,  # type: ignore[arg-type]
@@ -98,7 +98,7 @@ class McpEndpoint:
             # run a whole tools/list before each call to validate Mcp-Param headers.
             get_tool_input_schema=lambda name: None,
         )
-        self.server.middleware.append(handlers.ConsoleMiddleware(self.changes, self.server))
+        self.server.middleware.append(context.ConsoleMiddleware(self.changes, self.server))
         self.manager = StreamableHTTPSessionManager(self.server, json_response=False)
         self._ready: asyncio.Future | None = None
         self._stop: asyncio.Event | None = None
@@ -162,8 +162,8 @@ class McpEndpoint:
             await JSONResponse({"error": missing}, 404)(scope, receive, send)
             return
         scope = dict(scope)
-        scope[handlers.TOKEN_KEY] = token
-        scope[handlers.ENDPOINT_KEY] = endpoint
+        scope[context.TOKEN_KEY] = token
+        scope[context.ENDPOINT_KEY] = endpoint
         # The SDK binds a 2025 session to the principal that opened it.
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=f"token-{token.pk}", scopes=[]))
         await self._running()
@@ -203,7 +203,7 @@ class McpEndpoint:
                 pass
             gone.set()
             if key is not None:
-                handlers.INFLIGHT.cancel(key)
+                holding.INFLIGHT.cancel(key)
 
         watcher = asyncio.ensure_future(watch())
         try:
@@ -223,7 +223,7 @@ class McpEndpoint:
         except ValueError:
             return None
         if isinstance(message, dict) and message.get("method") in cls.HELD and "id" in message:
-            return handlers.Inflight.key(sid, message["id"])
+            return holding.Inflight.key(sid, message["id"])
         return None
 
 

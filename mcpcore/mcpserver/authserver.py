@@ -1,7 +1,8 @@
 """The console as its own OAuth authorization server for its MCP endpoints (SPEC 21), on the
 `mcp` SDK's server side: its authorize, token, registration and revocation handlers
 (`create_auth_routes`) and its protected-resource metadata (`create_protected_resource_routes`),
-over `ConsoleProvider`, the SDK's provider protocol on the console's rows (`mcpcore.appauth`).
+over `ConsoleProvider`, the SDK's provider protocol on the console's rows (`oauth/clients.py`,
+`oauth/grants.py`): the door's part of the authorization server.
 
 What the SDK does not do (STACK.md) is filled in here, around its handlers, never by patching
 them: Client ID Metadata Documents (`get_client` resolves an `https` client_id), the metadata
@@ -45,8 +46,8 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from .. import audit, calls, db
-from ..appauth import clients, grants
 from ..models import AppClient, AppGrant
+from ..oauth import clients, grants
 
 log = logging.getLogger("mcpcore.mcpserver.oauth")
 
@@ -165,7 +166,7 @@ class ConsoleRefresh(RefreshToken):
 
 
 class ConsoleProvider:
-    """The SDK's `OAuthAuthorizationServerProvider` on the console's rows (`mcpcore.appauth`)."""
+    """The SDK's `OAuthAuthorizationServerProvider` on the console's rows (`oauth/`)."""
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         client, _why = await client_or_why(client_id)
@@ -285,16 +286,9 @@ class ConsoleProvider:
 async def _revoke_reused(grant: AppGrant) -> None:
     """A refresh token used after it was replaced: the whole grant goes (SPEC 21.4), and its
     token's pending calls end as a revoked token's do (SPEC 12.2)."""
-    ended = await db.write(_revoke_grant_and_token, grant)
+    _revoked, ended = await db.write(calls.app_grant_revoke, grant, reason="refresh token reused")
     for call_id in ended:
         await calls.announce(call_id)
-
-
-def _revoke_grant_and_token(grant: AppGrant) -> list[str]:
-    by = grants.app_actor(grant)
-    _revoked, ended = calls.revoke_token(grant.token_id, by)
-    grants.revoke_grant(grant, by, reason="refresh token reused")
-    return ended
 
 
 async def _check_resource(resource: str) -> None:

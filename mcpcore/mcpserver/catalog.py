@@ -23,7 +23,7 @@ from .. import names, toolviewstore
 from ..choices import ServerState
 from ..db import cache
 from ..instructions import instructions_block
-from ..models import ApiToken, Prompt, Resource, ResourceTemplate, Server, Tool, app_uri
+from ..models import ApiToken, Prompt, Resource, ResourceTemplate, Server, Tool, ui_uri
 from ..schemas import PromptArguments, json_schema
 
 ALL = ""
@@ -201,9 +201,10 @@ class Offer:
     templates: list[dict] = field(default_factory=list)
     # exposed prompt name -> (server, the prompt's own name)
     prompt_of: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # URI -> the servers that list it / whose tools name it as their app (`_meta.ui.resourceUri`)
+    # URI -> the servers that list it / whose tools name it as their UI resource
+    # (`_meta.ui.resourceUri`, SPEC 20.5)
     listed: dict[str, list[str]] = field(default_factory=dict)
-    apps: dict[str, list[str]] = field(default_factory=dict)
+    ui: dict[str, list[str]] = field(default_factory=dict)
     # (server, template string, parsed template), in listing order
     patterns: list[tuple[str, str, UriTemplate]] = field(default_factory=list)
     # a tool's own name -> the registered names of the tools of that name (SPEC 20.5)
@@ -292,9 +293,9 @@ def build(endpoint: str, token: ApiToken | None) -> Offer:
     servers = [s for s in live.values_list("name", flat=True) if seen(s)]
     for tool in endpoint_tools(endpoint, token):
         made.own_tools.setdefault(tool.tool_name, []).append(tool.registered_name)
-        uri = app_uri(tool.meta)
-        if uri is not None and tool.server.name not in made.apps.setdefault(uri, []):
-            made.apps[uri].append(tool.server.name)
+        uri = ui_uri(tool.meta)
+        if uri is not None and tool.server.name not in made.ui.setdefault(uri, []):
+            made.ui[uri].append(tool.server.name)
     if not servers:
         return made
     for prompt in Prompt.objects.filter(server__name__in=servers).select_related("server"):
@@ -348,7 +349,7 @@ def claimants(made: Offer, uri: str) -> tuple[str, ...]:
     """The servers that claim `uri` (SPEC 20.2), sorted: those that list it, those with a
     template that matches it, those with a tool whose app it is. No way of claiming outranks
     another: a server listing another's app or a URI of its template would take its reads."""
-    found = set(made.listed.get(uri, ())) | set(made.apps.get(uri, ()))
+    found = set(made.listed.get(uri, ())) | set(made.ui.get(uri, ()))
     found |= {server for server, _text, parsed in made.patterns if _matches(parsed, uri)}
     return tuple(sorted(found))
 

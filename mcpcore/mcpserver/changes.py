@@ -36,7 +36,8 @@ from mcp.shared.exceptions import MCPError
 
 from .. import control, db
 from ..models import ApiToken
-from . import catalog, handlers, reads
+from . import catalog, reads
+from .context import caller, offer_of
 
 log = logging.getLogger("mcpcore.mcpserver")
 
@@ -94,10 +95,10 @@ class Changes:
         """`subscriptions/listen` (2026-07-28): one stream per call, fed by its audience's bus.
         The resources it asks to follow are subscribed upstream first (those the client may
         read; any other simply never fires)."""
-        token, endpoint = handlers.caller(ctx)
+        token, endpoint = caller(ctx)
         key = audience(endpoint, token)
         self._tokens.setdefault(key, token)
-        made = await handlers.offer_of(ctx)
+        made = await offer_of(ctx)
         for uri in params.notifications.resource_subscriptions or ():
             server = catalog.route(made, uri).server
             if server is not None:
@@ -107,7 +108,7 @@ class Changes:
     async def on_subscribe(self, ctx, params) -> dict:
         """`resources/subscribe` (2025 sessions): a URI the client may read, followed upstream."""
         uri = str(params.uri)
-        server = reads.routed(ctx, await handlers.offer_of(ctx), uri)
+        server = reads.routed(ctx, await offer_of(ctx), uri)
         connection = getattr(ctx.session, "_connection", None)
         if connection is None:
             raise MCPError(reads.INVALID_PARAMS, "resources/subscribe needs a session")

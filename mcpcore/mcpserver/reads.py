@@ -1,9 +1,9 @@
 """Prompts, resources, templates and completions on the MCP endpoints (SPEC 20.2, 20.3, 20.5).
 
-Lists come from the audience's `catalog.Offer` (memory: `handlers.on_list`). A `prompts/get` or `resources/read`
+Lists come from the audience's `catalog.Offer` (memory: `context.on_list`). A `prompts/get` or `resources/read`
 goes to the server that owns the prompt or URI (`catalog.route`) as a call of its kind through
 the one call path (`calls.create_read`: the rules may hold or deny it; it is in the history),
-held like a tool call while a person decides (`handlers.hold`), and answered with the server's
+held like a tool call while a person decides (`holding.hold`), and answered with the server's
 own result, or its own JSON-RPC error. A completion is asked of the server's holder directly
 (`control.complete`): it is typing help, not a call. Subscriptions are kept by `changes`.
 """
@@ -15,7 +15,9 @@ from .. import calls, control, db, rules
 from ..choices import CallKind, CallStatus, Via
 from ..db import cache
 from ..models import ApiToken, ToolCall
-from . import catalog, handlers
+from . import catalog
+from .context import answers_refusals, caller, is_modern, local_of, offer_of, session_of
+from .holding import hold
 
 # JSON-RPC's code for "resource not found" on 2025 sessions; 2026-07-28 uses -32602.
 RESOURCE_NOT_FOUND_2025 = -32002
@@ -25,7 +27,7 @@ REFUSED = {CallStatus.SKIPPED, CallStatus.EXPIRED, CallStatus.ABORTED, CallStatu
 
 
 def not_found_code(ctx) -> int:
-    return INVALID_PARAMS if handlers.is_modern(ctx) else RESOURCE_NOT_FOUND_2025
+    return INVALID_PARAMS if is_modern(ctx) else RESOURCE_NOT_FOUND_2025
 
 
 def unknown_resource(ctx, uri: str) -> MCPError:
@@ -53,8 +55,9 @@ def routed(ctx, made: catalog.Offer, uri: str) -> str:
 # --- gets and reads -------------------------------------------------------------------------------
 
 
+@answers_refusals
 async def on_get_prompt(ctx, params) -> dict:
-    made = await handlers.offer_of(ctx)
+    made = await offer_of(ctx)
     found = made.prompt_of.get(params.name)
     if found is None:
         raise MCPError(INVALID_PARAMS, f"unknown prompt: {params.name}")
@@ -62,6 +65,7 @@ async def on_get_prompt(ctx, params) -> dict:
     return await _through_the_gate(ctx, CallKind.PROMPT, server, name, dict(params.arguments or {}))
 
 
+@answers_refusals
 async def on_read_resource(ctx, params) -> dict:
     uri = str(params.uri)
     # Rules see URIs in normal form only (SPEC 20.3): another spelling of a denied file
@@ -70,7 +74,7 @@ async def on_read_resource(ctx, params) -> dict:
     normal = rules.normal_uri(uri)
     if normal != uri:
         raise MCPError(INVALID_PARAMS, f"resource URI is not in normal form: {normal}")
-    server = routed(ctx, await handlers.offer_of(ctx), uri)
+    server = routed(ctx, await offer_of(ctx), uri)
     return await _through_the_gate(ctx, CallKind.RESOURCE, server, uri, {})
 
 
@@ -82,20 +86,15 @@ def _create(token: ApiToken, kind: str, server: str, name: str, arguments: dict,
 
 
 async def _through_the_gate(ctx, kind: str, server: str, name: str, arguments: dict) -> dict:
-    token, _endpoint = handlers.caller(ctx)
-    local = handlers.local_of(ctx)
-    try:
-        call = await db.write(
-            _create, token, kind, server, name, arguments, handlers.session_of(ctx, token), local
-        )
-    except calls.CallError as exc:
-        raise MCPError(INTERNAL_ERROR, exc.message) from None
+    token, _endpoint = caller(ctx)
+    local = local_of(ctx)
+    call = await db.write(_create, token, kind, server, name, arguments, session_of(ctx, token), local)
     if call is None:  # the server went away between the lookup and now
         if kind == CallKind.PROMPT:
             raise MCPError(INVALID_PARAMS, f"unknown prompt: {name}")
         raise unknown_resource(ctx, name)
     await calls.submit(call, local)
-    call = await handlers.hold(ctx, call)
+    call = await hold(ctx, call)
     return answer(call)
 
 
@@ -127,7 +126,7 @@ NO_COMPLETION = {"resultType": "complete", "completion": {"values": []}}
 async def on_completion(ctx, params) -> dict:
     """A prompt's or template's argument completion, from its server (SPEC 20.2); none where
     the server has none, or the client may not see the prompt or template."""
-    made = await handlers.offer_of(ctx)
+    made = await offer_of(ctx)
     ref = params.ref.model_dump(mode="json", by_alias=True, exclude_none=True)
     if ref.get("type") == "ref/prompt":
         found = made.prompt_of.get(ref.get("name", ""))

@@ -26,7 +26,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import calls, control, db, files, notify, questions, retention
+from .. import calls, control, db, files, retention
+from ..calls import notify, questions
 from ..models import Server, Worker
 from . import runner, upstream
 from .session import ServerSession, upstream_error
@@ -210,7 +211,7 @@ class Supervisor:
         the rows and follows them upstream, in its own task, then tells `reply`."""
         session = self.sessions.get(server_name)
         if session is not None:
-            session.resubscribe(reply)
+            session.subscriptions.resubscribe(reply)
 
     def spawn_complete(
         self, server_name: str, ref: dict, argument: dict, context: dict | None, reply: str

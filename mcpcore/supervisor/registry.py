@@ -11,7 +11,7 @@ from django.utils import timezone
 from mcp.shared.uri_template import UriTemplate
 
 from .. import allowlist, files, names
-from ..models import Prompt, Resource, ResourceTemplate, Server, Tool, app_uri
+from ..models import Prompt, Resource, ResourceTemplate, Server, Tool, ui_uri
 
 log = logging.getLogger("mcpcore.supervisor")
 
@@ -300,9 +300,9 @@ def record_claims() -> None:
     for uri, name in Resource.objects.values_list("uri", "server__name"):
         listed.setdefault(uri, set()).add(name)
     for name, meta in Tool.objects.exclude(meta={}).values_list("server__name", "meta"):
-        app = app_uri(meta)
-        if app is not None:
-            listed.setdefault(app, set()).add(name)
+        ui = ui_uri(meta)
+        if ui is not None:
+            listed.setdefault(ui, set()).add(name)
     templates = [
         (name, text, _template_matcher(text))
         for name, text in ResourceTemplate.objects.values_list("server__name", "uri_template")

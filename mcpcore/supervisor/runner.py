@@ -4,8 +4,8 @@ session, convert and store the result (SPEC 4, 6, 20.3); and the questions its s
 meanwhile (SPEC 20.4, `Asking`).
 
 A server asks in one of two ways. On a 2025 session it sends `elicitation/create` while the
-call runs: the session's elicitation callback (`ServerSession._on_elicit`) hands it to the
-`Asking` of the call it belongs to. On 2026-07-28 the call answers an `InputRequiredResult`:
+call runs: the elicitation callback of the session's questions part (`Askers.on_elicit`) hands
+it to the `Asking` of the call it belongs to. On 2026-07-28 the call answers an `InputRequiredResult`:
 the runner drives the rounds itself (`call_tool(..., allow_input_required=True)`, then the
 same call again with `input_responses` and `request_state`), asking each question in turn.
 Either way the question is recorded (`questions.ask`: relayed to the MCP client that made the
@@ -21,18 +21,13 @@ import math
 import anyio
 from django.conf import settings
 
-from .. import calls, control, db, elicitation, gate, oauth, questions, results
+from .. import calls, control, db, elicitation, gate, results
+from ..calls import questions
 from ..choices import CallKind, CallStatus, Via
 from ..models import ToolCall
-from .session import (
-    ASKING,
-    NEEDS_AUTHORIZATION,
-    SessionHost,
-    describe,
-    is_session_lost,
-    not_offered,
-    upstream_error,
-)
+from ..oauth import upstream as oauth_upstream
+from .errors import describe, is_session_lost
+from .session import SessionHost, not_offered, upstream_error
 
 log = logging.getLogger("mcpcore.supervisor")
 
@@ -80,16 +75,12 @@ async def _execute(sup: SessionHost, call: ToolCall) -> tuple[str, str, dict]:
             {"is_error": True},
         )
     timeout = session.call_timeout or settings.AGENVOY_CALL_TIMEOUT
-    session.active_calls += 1
     asking = Asking(call, timeout)
-    session.asking[str(call.id)] = asking
-    token = ASKING.set(asking)
     try:
-        return await _attempts(session, call, timeout, asking)
+        with session.running(asking):
+            outcome = await _attempts(session, call, timeout, asking)
+        return outcome
     finally:
-        ASKING.reset(token)
-        session.asking.pop(str(call.id), None)
-        session.active_calls -= 1
         if asking.asked:
             # A question still open when its call ends has nobody left to answer to (SPEC
             # 20.4). Only a call that asked has one: the trip to the database thread costs
@@ -107,8 +98,8 @@ async def _close_questions(call: ToolCall) -> None:
 
 async def _attempts(session, call: ToolCall, timeout: float, asking: "Asking") -> tuple[str, str, dict]:
     for attempt in (1, 2):
-        if session.error == NEEDS_AUTHORIZATION and not session.ready.is_set():
-            return CallStatus.ERROR, oauth.needs_authorization(call.server_name), {"is_error": True}
+        if session.needs_authorization:
+            return CallStatus.ERROR, oauth_upstream.needs_authorization(call.server_name), {"is_error": True}
         client = await session.wait_ready(settings.AGENVOY_CONNECT_TIMEOUT)
         if client is None:
             reason = session.error or "still connecting"
@@ -124,9 +115,7 @@ async def _attempts(session, call: ToolCall, timeout: float, asking: "Asking") -
         except Exception as exc:
             if attempt == 1 and is_session_lost(exc):
                 log.info("call %s: session of %s lost, renewing and retrying once", call.id, call.server_name)
-                session.session_lost()
-                await asyncio.sleep(0)
-                session.ready.clear()
+                await session.renew_after_loss()
                 continue
             if call.kind in READS and _answered(exc):
                 return _refused(exc, session)
@@ -282,9 +271,9 @@ class Asking:
     async def elicit(self, params, sure: bool = True):
         """Ask the person one question (`mcp_types.ElicitRequestParams`) and give back what
         goes to the server (`ElicitResult`); one this call may not have asked (`sure` false:
-        `ServerSession._asker_for`) is asked in the inbox only. A URL question whose address shows another host
-        than the one a browser opens is refused at once (`ErrorData`, -32602), asked of no
-        one."""
+        `Askers._asker_for`) is asked in the inbox only. A URL question whose address shows
+        another host than the one a browser opens is refused at once (`ErrorData`, -32602),
+        asked of no one."""
         from mcp_types import INVALID_PARAMS, ElicitResult, ErrorData
 
         if getattr(params, "mode", "form") == "url" and (why := elicitation.url_refusal(params.url)):

@@ -1,5 +1,5 @@
 """OAuth upstream, the SDK side (SPEC 16): the `TokenStorage` of the SDK's protocol over the
-database rows of `mcpcore.oauth`, the providers (`OAuthClientProvider` for a person's account,
+database rows of `mcpcore.oauth.upstream`, the providers (`OAuthClientProvider` for a person's account,
 `ClientCredentialsOAuthProvider` for a machine account) and the authorization-code flow, which
 runs in the worker that holds the server's session.
 
@@ -37,9 +37,10 @@ from mcp.shared.auth import (
 )
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from .. import db, oauth
+from .. import db
 from ..choices import FlowStatus, GrantType
 from ..models import Server
+from ..oauth import upstream as oauth_upstream
 from . import transport
 
 log = logging.getLogger("mcpcore.supervisor")
@@ -113,14 +114,16 @@ class DbTokenStorage:
     async def get_tokens(self) -> OAuthToken | None:
         if self.fresh:
             return None
-        tokens, _client, expires_at = await db.run(oauth.load, self.name, self.url)
+        tokens, _client, expires_at = await db.run(oauth_upstream.load, self.name, self.url)
         self.expiry = expires_at.timestamp() if expires_at else None
         self.had_tokens = tokens is not None
         return OAuthToken.model_validate(tokens) if tokens else None
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         data = tokens.model_dump(mode="json", exclude_none=True)
-        await db.run(oauth.store_tokens, self.name, self.url, data, self.authorized_by, self.authorized_from)
+        await db.run(
+            oauth_upstream.store_tokens, self.name, self.url, data, self.authorized_by, self.authorized_from
+        )
         self.authorized_by = None  # what follows are renewals
         self.authorized_from = ""
         self.fresh = False
@@ -128,12 +131,15 @@ class DbTokenStorage:
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         if self.configured_client is not None:
             return OAuthClientInformationFull.model_validate(self.configured_client)
-        _tokens, client, _e = await db.run(oauth.load, self.name, self.url)
+        _tokens, client, _e = await db.run(oauth_upstream.load, self.name, self.url)
         return OAuthClientInformationFull.model_validate(client) if client else None
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         await db.run(
-            oauth.store_client, self.name, self.url, client_info.model_dump(mode="json", exclude_none=True)
+            oauth_upstream.store_client,
+            self.name,
+            self.url,
+            client_info.model_dump(mode="json", exclude_none=True),
         )
 
 
@@ -199,7 +205,7 @@ def configured_client(config: dict) -> dict | None:
     return {
         "client_id": client_id,
         "client_secret": secret,
-        "redirect_uris": [oauth.redirect_uri()],
+        "redirect_uris": [oauth_upstream.redirect_uri()],
         "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
         "token_endpoint_auth_method": "client_secret_post" if secret else "none",
@@ -221,11 +227,11 @@ def auth_code_provider(
     redirect: Callable[[str], Awaitable[None]] | None = None,
     callback: Callable[[], Awaitable[AuthorizationCodeResult]] | None = None,
 ) -> AuthCodeProvider:
-    url = oauth.server_url(config)
+    url = oauth_upstream.server_url(config)
     client = configured_client(config)
     storage = storage or DbTokenStorage(name, url, client=client)
     metadata = OAuthClientMetadata(
-        redirect_uris=[oauth.redirect_uri()],
+        redirect_uris=[oauth_upstream.redirect_uri()],
         client_name=CLIENT_NAME,
         grant_types=["authorization_code", "refresh_token"],
         response_types=["code"],
@@ -246,7 +252,7 @@ def machine_provider(name: str, config: dict, method: str = MACHINE_METHODS[0]) 
     """A machine account's provider, sending its secret by `method` (HTTP Basic, which every
     authorization server must take, or in the form)."""
     settings_ = _settings(config)
-    url = oauth.server_url(config)
+    url = oauth_upstream.server_url(config)
     storage = DbTokenStorage(name, url)
     storage.authorized_by = ""
     with warnings.catch_warnings():
@@ -267,8 +273,8 @@ async def _machine_ready(server: Server) -> MachineProvider:
     """Client credentials, by the way of sending the secret that worked last (kept with the
     account), else HTTP Basic first and the form second: an authorization server that
     registered the client for the other one answers `invalid_client` to the first."""
-    url = oauth.server_url(server.config)
-    _tokens, client, _e = await db.run(oauth.load, server.name, url)
+    url = oauth_upstream.server_url(server.config)
+    _tokens, client, _e = await db.run(oauth_upstream.load, server.name, url)
     last = (client or {}).get("token_endpoint_auth_method")
     methods = sorted(MACHINE_METHODS, key=lambda m: m != last)
     refused = ""
@@ -285,7 +291,7 @@ async def _machine_ready(server: Server) -> MachineProvider:
             continue
         if method != last:
             record = {"client_id": machine._fixed_client_info.client_id, "token_endpoint_auth_method": method}
-            await db.run(oauth.store_client, server.name, url, record)
+            await db.run(oauth_upstream.store_client, server.name, url, record)
         return machine
     raise ClientRefused(refused)
 
@@ -318,7 +324,7 @@ async def asks_for_oauth(config: dict) -> bool:
     try:
         async with httpx2.AsyncClient(timeout=httpx2.Timeout(10.0)) as http:
             response = await http.post(
-                oauth.server_url(config),
+                oauth_upstream.server_url(config),
                 json={"jsonrpc": "2.0", "id": "agenvoy-oauth-probe", "method": "ping"},
                 headers={
                     "Accept": "application/json, text/event-stream",
@@ -343,13 +349,13 @@ async def ready(server: Server, grant: str) -> Provider:
     assert isinstance(storage, DbTokenStorage)
     if (await storage.get_tokens()) is None:
         raise NeedsAuthorization()
-    url = oauth.server_url(server.config)
+    url = oauth_upstream.server_url(server.config)
     for attempt in range(2):
         try:
             await probe(provider, url, shielded=True)
             return provider
         except NeedsAuthorization:
-            if provider.refused in oauth.REFUSALS:
+            if provider.refused in oauth_upstream.REFUSALS:
                 raise NeedsAuthorization(provider.refused) from None
             tokens = provider.context.current_tokens
             if attempt or tokens is None or not tokens.refresh_token:
@@ -381,7 +387,7 @@ async def renew(provider: Provider, url: str) -> None:
         if isinstance(provider, MachineProvider) and provider.refused:
             raise ClientRefused(provider.refused) from None
         raise
-    if provider.refused in oauth.REFUSALS:
+    if provider.refused in oauth_upstream.REFUSALS:
         raise NeedsAuthorization(provider.refused)
 
 
@@ -412,7 +418,10 @@ class Flow:
         self._woken = asyncio.Event()
         self._state = ""
         self.storage = DbTokenStorage(
-            server.name, oauth.server_url(server.config), fresh=True, client=configured_client(server.config)
+            server.name,
+            oauth_upstream.server_url(server.config),
+            fresh=True,
+            client=configured_client(server.config),
         )
 
     def wake(self) -> None:
@@ -421,16 +430,16 @@ class Flow:
     async def _redirect(self, authorization_url: str) -> None:
         full = with_params(authorization_url, _settings(self.server.config).get("authorize_params") or {})
         self._state = dict(parse_qsl(urlsplit(full).query)).get("state", "")
-        if not await db.run(oauth.flow_waiting, self.flow_id, self._state, full):
+        if not await db.run(oauth_upstream.flow_waiting, self.flow_id, self._state, full):
             raise FlowFailed("authorization failed: the flow was replaced by a newer one")
         if not self.url.done():
             self.url.set_result(full)
 
     async def _callback(self) -> AuthorizationCodeResult:
-        deadline = time.monotonic() + oauth.FLOW_SECONDS
+        deadline = time.monotonic() + oauth_upstream.FLOW_SECONDS
         while time.monotonic() < deadline:
             self._woken.clear()  # before the read: a wake-up that comes during it is kept
-            row = await db.run(oauth.flow_code, self.flow_id)
+            row = await db.run(oauth_upstream.flow_code, self.flow_id)
             if row is None:
                 raise FlowFailed("authorization failed: the flow was replaced by a newer one")
             status, code, error, person = row
@@ -455,23 +464,23 @@ class Flow:
         provider = auth_code_provider(
             self.server.name, self.server.config, self.storage, self._redirect, self._callback
         )
-        url = oauth.server_url(self.server.config)
+        url = oauth_upstream.server_url(self.server.config)
         secrets = transport.secret_values(self.server.config)
         try:
             status = await probe(provider, url)
         except FlowFailed as exc:
-            await db.run(oauth.flow_ended, self.flow_id, str(exc))
+            await db.run(oauth_upstream.flow_ended, self.flow_id, str(exc))
             raise
         except Exception as exc:
             why = transport.redact(_why(exc), secrets)
             if provider.refused:
                 why = f"the authorization server refused the code: {provider.refused}"
             message = f"authorization failed: {why}"
-            await db.run(oauth.flow_ended, self.flow_id, message)
+            await db.run(oauth_upstream.flow_ended, self.flow_id, message)
             raise FlowFailed(message) from None
         if status == 401:
             message = "authorization failed: the server refused the new token"
-            await db.run(oauth.clear_tokens, self.server.name)
-            await db.run(oauth.flow_ended, self.flow_id, message)
+            await db.run(oauth_upstream.clear_tokens, self.server.name)
+            await db.run(oauth_upstream.flow_ended, self.flow_id, message)
             raise FlowFailed(message)
-        await db.run(oauth.flow_ended, self.flow_id)
+        await db.run(oauth_upstream.flow_ended, self.flow_id)

@@ -19,7 +19,6 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from .. import allowlist, files, retention, serverconfig, toolviewstore
-from ..appauth import grants
 from ..choices import CallDecision, CallKind, CallStatus, QuestionStatus, TargetKind, stored_kind
 from ..models import (
     ApiToken,
@@ -32,6 +31,7 @@ from ..models import (
     View,
     transport_of,
 )
+from ..oauth import grants
 from . import live
 from .forms import (
     schema_fields,

@@ -15,9 +15,10 @@ from django.db.models import Count
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from .. import control, elicitation, oauth
+from .. import control, elicitation
 from ..choices import CallStatus, QuestionMode, QuestionStatus
 from ..models import Question, Server, SessionAllowance, ToolCall
+from ..oauth import upstream
 
 PENDING_SHOWN = 200  # the list and the badge stop counting here ("200+")
 
@@ -66,7 +67,7 @@ def server_with_count(name: str) -> Server | None:
     server = Server.objects.annotate(n_tools=Count("tools")).filter(name=name).first()
     if server is None:
         return None
-    server.oauth_info = oauth.page_info(server)
+    server.oauth_info = upstream.page_info(server)
     return _with_ago(server)
 
 

@@ -19,7 +19,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.loader import render_to_string
 
-from .. import audit, oauth
+from .. import audit
+from ..oauth import upstream
 from . import live
 
 SECOND_FACTORS = (Authenticator.Type.TOTP, Authenticator.Type.WEBAUTHN)
@@ -81,13 +82,13 @@ class UserSessionsAdapter(DefaultUserSessionsAdapter):
 
 class MFAAdapter(DefaultMFAAdapter):
     """The TOTP key and the recovery codes' seed are kept sealed, as the OAuth tokens are
-    (`oauth.seal`, under the secret key), never in clear in the database."""
+    (`upstream.seal`, under the secret key), never in clear in the database."""
 
     def encrypt(self, text: str) -> str:
-        return oauth.seal(text)
+        return upstream.seal(text)
 
     def decrypt(self, encrypted_text: str) -> str:
-        return oauth.unseal(encrypted_text) or ""
+        return upstream.unseal(encrypted_text) or ""
 
 
 class LoginForm(AllauthLoginForm):

@@ -40,15 +40,12 @@ from .. import (
     db,
     elicitation,
     files,
-    notify,
-    oauth,
     onetap,
-    questions,
     rules,
     serverconfig,
     toolviewstore,
 )
-from ..appauth import clients, grants
+from ..calls import notify, questions
 from ..choices import CallDecision, CallStatus, QuestionMode, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
@@ -65,6 +62,7 @@ from ..models import (
     View,
     mask_config,
 )
+from ..oauth import clients, grants, upstream
 from ..schemas import InputError, RulesEdit, ViewEdit
 from . import display, live, signin
 from .forms import (
@@ -203,6 +201,28 @@ def _go(request: HtmxRequest, url: str) -> HttpResponse:
         response["HX-Redirect"] = url
         return response
     return redirect(url)
+
+
+class _Refusal:
+    """A refusal of the call path (`calls.CallError`) in a block, caught and kept for the page
+    to say: the pages' one mapping of it, as `api_view` is `/v1`'s. True once one was caught;
+    `message` is the call path's own text."""
+
+    def __init__(self) -> None:
+        self.caught = False
+        self.message = ""
+
+    def __bool__(self) -> bool:
+        return self.caught
+
+    def __enter__(self) -> "_Refusal":
+        return self
+
+    def __exit__(self, kind, exc, traceback) -> bool:
+        if isinstance(exc, calls.CallError):
+            self.caught, self.message = True, exc.message
+            return True
+        return False
 
 
 def _plain(text: str, status: int) -> HttpResponse:
@@ -474,15 +494,21 @@ def tool_try(request: HtmxRequest, name: str) -> HttpResponse:
     tool = get_object_or_404(Tool, server=server, tool_name=request.POST.get("tool", ""))
     session_id = f"console-{request.user.get_username()}"[:200]
     error, call, local = "", None, calls.local_supervisor(request)
-    try:
-        args = arguments_from(tool.input_schema, request.POST)
-        call = calls.create(
-            None, request.user.get_username(), tool.registered_name, args, session_id, "confirm", local=local
-        )
-    except ValueError as exc:
-        error = str(exc)
-    except calls.CallError as exc:
-        error = exc.message
+    with _Refusal() as refused:
+        try:
+            args = arguments_from(tool.input_schema, request.POST)
+            call = calls.create(
+                None,
+                request.user.get_username(),
+                tool.registered_name,
+                args,
+                session_id,
+                "confirm",
+                local=local,
+            )
+        except ValueError as exc:
+            error = str(exc)
+    error = error or refused.message
     if call is not None:
         call = control.run_to_end(_submit_and_wait, call, local)
     # No call: `error` says why.
@@ -512,7 +538,7 @@ async def server_authorize(request: HtmxRequest, name: str) -> HttpResponse:
     send the browser to the authorization server (SPEC 16.2). An async view: the request waits
     for the holder's answer on the event loop, as `POST /v1/mcp/authorize` does, with no
     thread held for it and no hop through `async_to_sync`."""
-    problem = await db.run(oauth.authorize_problem, name)
+    problem = await db.run(upstream.authorize_problem, name)
     if problem is not None and problem[1] == 404:
         raise Http404("server not found")
     url = ""
@@ -533,7 +559,7 @@ def server_forget(request: HtmxRequest, name: str) -> HttpResponse:
     """`Forget authorization`: delete the stored tokens; the server disconnects and needs
     authorization again (SPEC 16.2)."""
     server = _get_server_or_404(name)
-    oauth.forget(server.name, audit.by(request))
+    upstream.forget(server.name, audit.by(request))
     control.run_to_end(control.reconnect, server.name)
     messages.success(request, f"Forgot the authorization of {server.name}.")
     return _go(request, reverse("server-detail", args=[server.name]))
@@ -545,7 +571,7 @@ def oauth_callback(request: HtmxRequest) -> HttpResponse:
     """The redirect URI (`<AGENVOY_PUBLIC_URL>/oauth/callback`, SPEC 16.2), on any web process:
     the code (or the authorization server's error) goes into the flow's row and the worker
     holding the server is woken; the browser goes to the server page."""
-    flow = oauth.callback(
+    flow = upstream.callback(
         request.GET.get("state", ""),
         request.GET.get("code", ""),
         request.GET.get("error", ""),
@@ -554,7 +580,7 @@ def oauth_callback(request: HtmxRequest) -> HttpResponse:
         audit.address_of(request),
     )
     if flow is None:
-        return render(request, "mcpcore/oauth_failed.html", {"message": oauth.UNKNOWN_STATE}, status=400)
+        return render(request, "mcpcore/oauth_failed.html", {"message": upstream.UNKNOWN_STATE}, status=400)
     control.flow_callback(str(flow.id))
     if flow.error:
         messages.error(request, flow.error)
@@ -590,7 +616,7 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
         messages.error(request, "That reply was not understood.")
     else:
         body = form.body()
-        try:
+        with _Refusal() as refused:
             call = control.run_to_end(
                 calls.respond,
                 form.cleaned_data["session_id"],
@@ -600,8 +626,8 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
                 local=calls.local_supervisor(request),
                 by=audit.by(request),
             )
-        except calls.CallError as exc:
-            messages.error(request, f"Not applied: {exc.message}.")
+        if refused:
+            messages.error(request, f"Not applied: {refused.message}.")
         else:
             # A denial is not a success to flash in green (issue 47).
             said = messages.info if call.decision == CallDecision.DENY else messages.success
@@ -665,10 +691,10 @@ def pending_answer(request: HtmxRequest, question_id: uuid.UUID) -> HttpResponse
     body: dict = {"action": action}
     if action == "accept" and question.mode == QuestionMode.FORM:
         body["content"] = elicitation.from_form(question.schema, request.POST)
-    try:
+    with _Refusal() as refused:
         questions.answer(question.id, body, request.user.get_username())
-    except calls.CallError as exc:
-        messages.error(request, f"Not sent: {exc.message}.")
+    if refused:
+        messages.error(request, f"Not sent: {refused.message}.")
     else:
         messages.success(request, answer_message(question.server_name, action))
     return _inbox_after(request)
@@ -906,11 +932,11 @@ def token_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def grant_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
-    """End a grant ("Approve and remember" of a permission prompt, or a time-boxed grant): the
+def permission_grant_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
+    """End a permission grant ("Approve and remember" of a permission prompt, or a time-boxed grant): the
     token's next call of that tool waits for a person again."""
     grant = get_object_or_404(PermissionGrant.objects.select_related("token"), pk=pk)
-    if calls.revoke_permission(grant.pk, audit.by(request)):
+    if calls.permission_grant_revoke(grant.pk, audit.by(request)):
         messages.success(request, f"{grant.token.name} must ask again for {grant.tool_name}.")
     if request.htmx:
         return _fragment(request, "mcpcore/token_list.html#token-list", {"tokens": token_rows()})
@@ -1002,13 +1028,12 @@ def app_allow(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def app_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
-    """Revoke a connected app: its tokens stop working at once on every process; its pending
-    calls end as a revoked token's do (SPEC 12.2)."""
+def app_grant_revoke(request: HtmxRequest, pk: int) -> HttpResponse:
+    """Revoke a connected app's grant: its tokens stop working at once on every process; its
+    pending calls end as a revoked token's do (SPEC 12.2)."""
     grant = get_object_or_404(AppGrant.objects.select_related("client", "token"), pk=pk)
-    by = audit.by(request)
-    _revoked, ended = calls.revoke_token(grant.token_id, by)
-    if grants.revoke_grant(grant, by):
+    revoked, ended = calls.app_grant_revoke(grant, audit.by(request))
+    if revoked:
         messages.success(request, f"Revoked {grant.token.name}.")
     for call_id in ended:
         control.run_to_end(calls.announce, call_id)
@@ -1195,7 +1220,7 @@ def one_tap(request: HttpRequest, token: str) -> HttpResponse:
         response._has_been_logged = True  # type: ignore[attr-defined]  # as in _plain
         return _private(response)
     who = f"{target.name} (one-tap)"
-    try:
+    with _Refusal() as refused:
         control.run_to_end(
             calls.respond,
             call.session_id,
@@ -1204,7 +1229,7 @@ def one_tap(request: HttpRequest, token: str) -> HttpResponse:
             who,
             by=audit.Actor(who, audit.address_of(request)),
         )
-    except calls.CallError:
+    if refused:
         return _plain(LINK_GONE, 410)
     return _plain("approved" if approve else "denied", 200)
 

@@ -7,7 +7,7 @@ import datetime
 import pytest
 from django.utils import timezone
 
-from mcpcore import questions
+from mcpcore.calls import questions
 from mcpcore.models import ApiToken, Question
 from tests.api.test_roles import ROLES, make_call, request
 

@@ -16,8 +16,9 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
-from mcpcore import calls, questions
+from mcpcore import calls
 from mcpcore.api import auth
+from mcpcore.calls import questions
 from mcpcore.models import ApiToken, Server, SessionAllowance, Tool, ToolCall
 from tests.live import at_once, our_server
 

@@ -33,7 +33,9 @@ def console(module_console):
     c.env["AGENVOY_PUBLIC_URL"] = c.url  # the settings block and links name this console
     # An ntfy target nobody listens on (its pushes fail and are retried): its links still work.
     c.manage(
-        "shell", "-c", "from mcpcore import notify; notify.add_target('ntfy', 'http://127.0.0.1:9/phone')"
+        "shell",
+        "-c",
+        "from mcpcore.calls import notify; notify.add_target('ntfy', 'http://127.0.0.1:9/phone')",
     )
     module_console.start(c)
     c.wait_connected("echo")

@@ -60,7 +60,7 @@ SCHEMA = {
 ASK = """
 import json
 from django.utils import timezone
-from mcpcore import questions
+from mcpcore.calls import questions
 from mcpcore.models import ToolCall, Worker
 worker = Worker.objects.values_list("name", flat=True).first() or ""
 call = ToolCall.objects.create(

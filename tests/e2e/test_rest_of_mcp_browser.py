@@ -25,7 +25,7 @@ RULE = f"ask resource:a(uri:{URI})"
 
 @pytest.fixture(scope="module")
 def console(module_console):
-    c = console_with_user(module_console, {"a": our_server("apps.py", "--name", "a")}, USER, PASSWORD)
+    c = console_with_user(module_console, {"a": our_server("ui.py", "--name", "a")}, USER, PASSWORD)
     (c.home / "allow_tool").write_text("mcp__a__*\n")
     (c.home / "rules").write_text(RULE + "\n")
     module_console.start(c)

@@ -54,7 +54,7 @@ def test_it_names_prompts_and_resources_as_tools_are_named(servers):
     ]
 
 
-def test_it_routes_by_listing_then_template_then_app(servers):
+def test_it_routes_by_listing_then_template_then_ui_resource(servers):
     made = catalog.build("", None)
     assert catalog.route(made, "test://a/one").server == "a"
     assert catalog.route(made, "test://b/items/42").server == "b"
@@ -65,7 +65,7 @@ def test_it_routes_by_listing_then_template_then_app(servers):
     assert catalog.template_server(made, "test://b/items/{id}") == "b"
 
 
-def test_it_counts_a_listing_a_template_and_an_app_alike_as_claims(servers):
+def test_it_counts_a_listing_a_template_and_a_ui_resource_alike_as_claims(servers):
     a, b = servers
     # b lists a's app; a's template claims a URI b lists; neither outranks the other.
     Resource.objects.create(server=b, uri="ui://a/app", name="app")

@@ -24,7 +24,7 @@ def collision(uri: str) -> str:
 
 @pytest.fixture(scope="module")
 def c(module_console):
-    servers = {"a": our_server("apps.py", "--name", "a"), "hostile": our_server("hostile.py")}
+    servers = {"a": our_server("ui.py", "--name", "a"), "hostile": our_server("hostile.py")}
     console = module_console(servers, {}, allow=["mcp__a__*", "mcp__hostile__*"])
     console.wait_connected("a", "hostile")
     wait_until(lambda: {"test://a/counter", "test://a/kib"} <= uris(console, "/mcp/a"), 30)

@@ -324,7 +324,7 @@ def test_it_lists_remembered_tool_names_per_token_and_revokes_one_over_htmx(sign
     bash = calls.remember_permission(agent, "Bash", "op")
     calls.remember_permission(agent, "WebFetch", "op")
     gone = calls.remember_permission(other, "Edit", "op")
-    calls.revoke_permission(gone.pk)
+    calls.permission_grant_revoke(gone.pk)
     html = signed_in.get("/tokens/").content.decode()
     row = re.search(rf'<tr id="token-{agent.pk}".*?</tr>', html, re.S).group(0)
     assert "<code>Bash</code>" in row and "<code>WebFetch</code>" in row
@@ -345,7 +345,7 @@ def test_it_lists_remembered_tool_names_per_token_and_revokes_one_over_htmx(sign
     )
 
 
-def test_it_refuses_a_grant_revoke_without_csrf_or_by_get(agent, signed_in):
+def test_it_refuses_a_permission_grant_revoke_without_csrf_or_by_get(agent, signed_in):
     grant = calls.remember_permission(agent, "Bash", "op")
     c = Client(enforce_csrf_checks=True)
     c.force_login(User.objects.get(username="op"))

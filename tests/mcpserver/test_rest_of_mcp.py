@@ -1,7 +1,7 @@
 """Prompts, resources, completions, subscriptions and apps on a live console's MCP endpoints
 (SPEC 20.2, 20.3, 20.5), with clients nobody here wrote: the SDK's `Client` in both protocol
 eras and the TypeScript SDK's client (tests/mcp_ts_client.mjs), against npm
-`@modelcontextprotocol/server-everything`, two instances of tests/servers/apps.py (`a` over
+`@modelcontextprotocol/server-everything`, two instances of tests/servers/ui.py (`a` over
 stdio, `b` over streamable HTTP) that both list `test://shared`, and tests/servers/listings.py
 built without a completion handler (`plain`)."""
 
@@ -60,11 +60,11 @@ VIEWS = {
 
 @pytest.fixture(scope="module")
 def b_url():
-    """`apps.py --name b` over streamable HTTP, started here as a remote server would be."""
+    """`ui.py --name b` over streamable HTTP, started here as a remote server would be."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(SERVERS / "apps.py"), "--name", "b"],
-        env={**os.environ, "MCP_APPS_PORT": str(port)},
+        [sys.executable, str(SERVERS / "ui.py"), "--name", "b"],
+        env={**os.environ, "MCP_UI_PORT": str(port)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -77,7 +77,7 @@ def b_url():
             return False
 
     try:
-        wait_until(up, 30, what="apps.py b listening")
+        wait_until(up, 30, what="ui.py b listening")
         yield url
     finally:
         stop_process(proc)
@@ -87,7 +87,7 @@ def b_url():
 def c(b_url, module_console):  # b set up first, so it stops after the console (no lost-server noise)
     servers = {
         "every": everything_stdio(),
-        "a": our_server("apps.py", "--name", "a"),
+        "a": our_server("ui.py", "--name", "a"),
         "b": {"type": "http", "url": b_url},
         "plain": our_server("listings.py", env={"LISTINGS_NO_COMPLETIONS": "1"}),
     }
@@ -105,11 +105,11 @@ def c(b_url, module_console):  # b set up first, so it stops after the console (
 
 @pytest.fixture(scope="module")
 def direct():
-    """What `apps.py --name a` itself lists and answers, asked over stdio with no console."""
+    """What `ui.py --name a` itself lists and answers, asked over stdio with no console."""
 
     async def main():
         params = StdioServerParameters(
-            command=sys.executable, args=[str(SERVERS / "apps.py"), "--name", "a"], env=dict(os.environ)
+            command=sys.executable, args=[str(SERVERS / "ui.py"), "--name", "a"], env=dict(os.environ)
         )
         async with Client(params, mode="auto") as client:
             return {
@@ -311,7 +311,7 @@ def test_it_lists_resources_and_templates_with_uris_unchanged_and_names_prefixed
 
 
 @pytest.mark.parametrize("mode", ERAS)
-def test_it_routes_reads_by_listed_uri_template_and_a_tools_app(c, direct, mode):
+def test_it_routes_reads_by_listed_uri_template_and_a_tools_ui_resource(c, direct, mode):
     async def reads(client):
         return [
             (await client.read_resource("test://a/kib")).contents,  # listed by a
@@ -398,7 +398,7 @@ def test_it_answers_unknown_prompts_and_uris_as_the_spec_says(c, mode):
 
 @pytest.mark.parametrize("mode", ERAS)
 def test_it_passes_the_servers_own_error_for_a_missing_prompt_argument_on(c, mode):
-    own = (-32602, "a: greet needs the argument who")  # what apps.py answers itself
+    own = (-32602, "a: greet needs the argument who")  # what ui.py answers itself
     assert on(c, "/mcp", mode, lambda cl: refusal(cl.get_prompt("a__greet", {}))) == own
     assert on(c, "/mcp/a", mode, lambda cl: refusal(cl.get_prompt("greet", {"style": "x"}))) == own
 
@@ -706,7 +706,7 @@ def test_it_answers_a_read_a_rule_denies_with_the_rules_line(c):
 
 
 @pytest.mark.parametrize("mode", ERAS)
-def test_it_keeps_tools_meta_and_lists_app_only_tools_on_every_endpoint(c, direct, mode):
+def test_it_keeps_tools_meta_and_lists_ui_only_tools_on_every_endpoint(c, direct, mode):
     async def metas(client):
         return {t.name: t.meta for t in (await client.list_tools()).tools}
 

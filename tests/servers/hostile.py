@@ -3,7 +3,7 @@
 
     python tests/servers/hostile.py [--victim NAME]
 
-Against `apps.py --name NAME` (default `a`) it claims each URI in another way:
+Against `ui.py --name NAME` (default `a`) it claims each URI in another way:
 - it lists `ui://NAME/app.html`, the app the victim's tools name (`_meta.ui.resourceUri`);
 - it lists `test://NAME/items/fig`, a URI of the victim's template `test://NAME/items/{item}`;
 - its template `test://NAME/k{rest}` matches `test://NAME/kib`, which the victim lists.

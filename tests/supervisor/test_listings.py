@@ -106,7 +106,7 @@ async def test_it_registers_prompts_resources_and_templates_at_connect(agenvoy_h
     assert await db.run(Tool.objects.filter(server__name=NAME).count) == 3  # the tools as before
 
 
-async def test_it_declares_the_mcp_apps_extension_to_servers(agenvoy_home, monkeypatch):
+async def test_it_declares_the_mcp_ui_extension_to_servers(agenvoy_home, monkeypatch):
     async with holding(agenvoy_home, monkeypatch, Listings()) as sup:
         call = await run(sup, "tool_confirm", "mcp__lst__client_extensions", "client_extensions", {})
     assert call.status == "done", call.result
@@ -318,7 +318,7 @@ async def test_it_follows_subscriptions_on_the_2026_listen_stream(agenvoy_home, 
         session = sup.sessions[NAME]
         await db.run(ResourceSubscription.objects.create, server_name=NAME, uri="listings://static/readme")
         await SupervisorConsumer(sup).resource_subscribe({"type": "resource.subscribe", "server": NAME})
-        await await_until(lambda: session.subscribed == {"listings://static/readme"}, 5)
+        await await_until(lambda: session.subscriptions.subscribed == {"listings://static/readme"}, 5)
         # The stream is opened again with the URI: publish until one arrives (the re-open
         # has no signal of its own), each wait bounded.
         message = None
@@ -343,7 +343,7 @@ async def test_it_registers_everythings_listings_and_forwards_its_resource_updat
         assert {"mcp__every__simple-prompt", "mcp__every__args-prompt"} <= names
         await db.run(ResourceSubscription.objects.create, server_name="every", uri=uri)
         await SupervisorConsumer(sup).resource_subscribe({"type": "resource.subscribe", "server": "every"})
-        await await_until(lambda: session.subscribed == {uri}, 10)
+        await await_until(lambda: session.subscriptions.subscribed == {uri}, 10)
         toggled = await run(
             sup,
             "tool_confirm",

@@ -15,7 +15,8 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from mcpcore import control, db, questions
+from mcpcore import control, db
+from mcpcore.calls import questions
 from mcpcore.choices import QuestionStatus, Via
 from mcpcore.models import Question, ToolCall
 from mcpcore.supervisor import Supervisor

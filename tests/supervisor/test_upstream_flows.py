@@ -69,9 +69,9 @@ def test_it_answers_three_flows_started_at_once_each_within_2s(module_console, l
 async def test_a_callback_that_comes_while_the_row_is_read_is_not_lost(monkeypatch):
     """`/oauth/callback` wakes the holder's flow; a wake-up that arrives while the flow reads
     its row must not wait for the next poll (FLOW_POLL seconds): flows ended 2 s apart."""
-    from mcpcore import oauth
     from mcpcore.choices import FlowStatus
     from mcpcore.models import Server
+    from mcpcore.oauth import upstream as oauth_upstream
     from mcpcore.supervisor import upstream
 
     loop = asyncio.get_running_loop()
@@ -87,7 +87,7 @@ async def test_a_callback_that_comes_while_the_row_is_read_is_not_lost(monkeypat
             return FlowStatus.WAITING, {}, "", ""
         return FlowStatus.CODE, {"code": "the-code"}, "", "someone"
 
-    monkeypatch.setattr(oauth, "flow_code", flow_code)
+    monkeypatch.setattr(oauth_upstream, "flow_code", flow_code)
     started = time.monotonic()
     result = await asyncio.wait_for(flow._callback(), 10)
     assert result.code == "the-code" and len(reads) == 2

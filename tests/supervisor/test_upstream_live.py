@@ -56,7 +56,9 @@ def c(module_console, lab, receiver) -> Console:
     c = module_console(servers, start=False, LAB_SECRET=MACHINE_SECRET, AGENVOY_PING_SECONDS=1)
     c.env["AGENVOY_PUBLIC_URL"] = c.url
     (c.home / "allow_tool").write_text("mcp__lab__*\nmcp__machine__*\nmcp__spare__*\n")
-    c.manage("shell", "-c", f"from mcpcore import notify; notify.add_target('webhook', {receiver.url!r})")
+    c.manage(
+        "shell", "-c", f"from mcpcore.calls import notify; notify.add_target('webhook', {receiver.url!r})"
+    )
     return module_console.start(c)
 
 

@@ -1,5 +1,5 @@
 """The Tokens page's Connected apps (SPEC 21.4) and the `Allow an app` page's answers to a bad
-request (21.3), with grants written through mcpcore.appauth (no app signs in here: that is
+request (21.3), with grants written through mcpcore.oauth (no app signs in here: that is
 tests/mcpserver/test_oauth_server.py and tests/e2e/test_apps_browser.py)."""
 
 import uuid
@@ -7,8 +7,8 @@ import uuid
 import pytest
 
 from mcpcore import audit
-from mcpcore.appauth import clients, grants
 from mcpcore.models import ApiToken, AppGrant, AuditEntry
+from mcpcore.oauth import clients, grants
 
 pytestmark = pytest.mark.django_db
 

@@ -8,9 +8,10 @@ import re
 
 from django.utils import timezone
 
-from mcpcore import audit, calls, oauth
+from mcpcore import audit, calls
 from mcpcore.choices import AuditAction
 from mcpcore.models import ApiToken, AuditEntry, NotificationTarget, PermissionGrant, SessionAllowance
+from mcpcore.oauth import upstream
 from mcpcore.web.display import PAGE_SIZE
 
 ME = ("op", "127.0.0.1")  # the test client's address
@@ -287,7 +288,7 @@ def test_it_records_notification_targets_added_and_removed_without_the_secret(si
 
 
 def test_it_records_forget_authorization(signed_in, every):
-    oauth.store_tokens(
+    upstream.store_tokens(
         "other", "https://example.invalid/mcp", {"access_token": "at-x", "scope": "read"}, "op", "127.0.0.1"
     )
     signed_in.post("/servers/other/forget-authorization/")

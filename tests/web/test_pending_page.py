@@ -192,7 +192,8 @@ def test_it_lists_prompt_and_resource_confirmations_with_their_kind_and_uri(api,
 
 
 def test_it_shows_a_prompt_or_resource_on_the_one_tap_page(client, every, settings):
-    from mcpcore import notify, onetap
+    from mcpcore import onetap
+    from mcpcore.calls import notify
 
     prompt, resource = pending_prompt_and_resource()
     target, _ = notify.add_target("ntfy", "http://127.0.0.1:9/t")

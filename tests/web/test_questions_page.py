@@ -10,7 +10,7 @@ import re
 import pytest
 from django.utils import timezone
 
-from mcpcore import questions
+from mcpcore.calls import questions
 from mcpcore.models import Question
 from mcpcore.web import live
 from tests.rows import make_call

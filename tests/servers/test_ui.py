@@ -1,4 +1,4 @@
-"""The apps test server (tests/servers/apps.py) on its own, driven by the SDK's `Client` with no
+"""The ui test server (tests/servers/ui.py) on its own, driven by the SDK's `Client` with no
 console, in both protocol eras over stdio and over streamable HTTP: what it lists (the app's
 `ui://` page left out), what it reads, completes and refuses, and its notifications."""
 
@@ -23,7 +23,7 @@ ERAS = ["legacy", "auto"]  # the 2025-11-25 handshake, and 2026-07-28 (what auto
 
 def stdio(*args: str) -> StdioServerParameters:
     return StdioServerParameters(
-        command=sys.executable, args=[str(SERVERS / "apps.py"), *args], env=dict(os.environ)
+        command=sys.executable, args=[str(SERVERS / "ui.py"), *args], env=dict(os.environ)
     )
 
 
@@ -143,8 +143,8 @@ def test_it_tells_a_2026_listener_what_changed():
 def test_it_serves_streamable_http_with_a_configured_shared_uri():
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(SERVERS / "apps.py"), "--name", "b", "--shared", "test://elsewhere"],
-        env={**os.environ, "MCP_APPS_PORT": str(port)},
+        [sys.executable, str(SERVERS / "ui.py"), "--name", "b", "--shared", "test://elsewhere"],
+        env={**os.environ, "MCP_UI_PORT": str(port)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -165,7 +165,7 @@ def test_it_serves_streamable_http_with_a_configured_shared_uri():
                 assert (await client.call_tool("whoami", {})).content[0].text == "b"
 
     try:
-        wait_until(up, 20, what="apps.py listening")
+        wait_until(up, 20, what="ui.py listening")
         for mode in ERAS:
             anyio.run(scenario, mode)
     finally:

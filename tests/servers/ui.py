@@ -1,8 +1,8 @@
 """Test server with the rest of MCP (SPEC 20): prompts, resources, templates, completions,
 subscriptions and an MCP App, in both protocol eras, over stdio or streamable HTTP.
 
-    python tests/servers/apps.py [--name NAME] [--shared URI]
-stdio by default. MCP_APPS_PORT=N: streamable HTTP on http://127.0.0.1:N/mcp instead.
+    python tests/servers/ui.py [--name NAME] [--shared URI]
+stdio by default. MCP_UI_PORT=N: streamable HTTP on http://127.0.0.1:N/mcp instead.
 
 What it offers (URIs carry NAME so that two instances collide only on purpose):
 - tools: `bump` (adds 1 to the counter resource and tells its subscribers), `add_prompt(name)`
@@ -234,7 +234,7 @@ async def complete(ref, argument, context):
 
 
 if __name__ == "__main__":
-    port = os.environ.get("MCP_APPS_PORT")
+    port = os.environ.get("MCP_UI_PORT")
     if port:
         mcp.run("streamable-http", host="127.0.0.1", port=int(port))
     else:

@@ -26,8 +26,8 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import AnyUrl
 
-from .. import oauth
 from ..models import AppClient
+from . import upstream
 
 NAME_MOST = 200
 UNALLOWED_KEEP = datetime.timedelta(hours=24)
@@ -180,7 +180,7 @@ def register(metadata: dict, secret: str | None, address: str) -> tuple[AppClien
             name=name,
             redirect_uris=uris,
             auth_method=method,
-            secret=oauth.seal(secret) if secret else "",
+            secret=upstream.seal(secret) if secret else "",
             address=address[:64],
         )
         unallowed = AppClient.objects.filter(document=False, allowed_at__isnull=True)
@@ -207,7 +207,7 @@ def registrations_left(address: str) -> bool:
 
 
 def secret_of(client: AppClient) -> str | None:
-    return oauth.unseal(client.secret) if client.secret else None
+    return upstream.unseal(client.secret) if client.secret else None
 
 
 # --- Client ID Metadata Documents --------------------------------------------------------------

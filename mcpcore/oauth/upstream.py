@@ -1,11 +1,12 @@
-"""OAuth upstream, the database side (SPEC 16): the tokens and client registration of each
-server kept encrypted in `OAuthAccount`, and the authorization-code flows in `OAuthFlow`, the
-rows where the web process a browser comes back to meets the worker holding the server.
+"""The console as an OAuth client of upstream servers, the database side (SPEC 16): the tokens
+and client registration of each server kept encrypted in `OAuthAccount`, and the
+authorization-code flows in `OAuthFlow`, the rows where the web process a browser comes back to
+meets the worker holding the server.
 
 Encryption: Fernet (AES-128-CBC + HMAC-SHA256, from `cryptography`) under a key derived from
-the console's secret key by HKDF-SHA256, so nothing but the secret key opens the rows. The
-SDK side (the `TokenStorage` protocol, the providers) is `supervisor/oauth.py`; this module
-has no `mcp` import. Every function here is sync (run through `db.run` from async code).
+the console's secret key by HKDF-SHA256, so nothing but the secret key opens the rows (`seal`,
+also used for an app's client secret, `clients`). The SDK side (the `TokenStorage` protocol,
+the providers) is `supervisor/upstream.py`; this module has no `mcp` import. Every function here is sync (run through `db.run` from async code).
 """
 
 import base64
@@ -21,9 +22,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import audit
-from .choices import AuditAction, FlowStatus, GrantType, ServerState, Transport
-from .models import OAuthAccount, OAuthFlow, Server, iso
+from .. import audit
+from ..choices import AuditAction, FlowStatus, GrantType, ServerState, Transport
+from ..models import OAuthAccount, OAuthFlow, Server, iso
 
 FLOW_SECONDS = 600  # a flow lives 10 minutes (SPEC 16.2)
 CALLBACK_PATH = "/oauth/callback"

@@ -26,10 +26,10 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
-from . import control, db, elicitation
-from .calls import ReplyError
-from .choices import CALL_LIVE, QuestionMode, QuestionStatus, Via
-from .models import Question, ToolCall, iso
+from .. import control, db, elicitation
+from ..choices import CALL_LIVE, QuestionMode, QuestionStatus, Via
+from ..models import Question, ToolCall, iso
+from .replies import ReplyError
 
 OPEN = (QuestionStatus.ASKED, QuestionStatus.PENDING)
 ENDED_BY = {

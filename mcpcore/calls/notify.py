@@ -31,9 +31,11 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import audit, db, metrics, oauth, onetap, questions
-from .choices import AuditAction, CallKind, CallStatus, DeliveryStatus, QuestionStatus, TargetKind
-from .models import SECRET_MASK, Delivery, NotificationTarget, Question, ToolCall, iso
+from .. import audit, db, metrics, onetap
+from ..choices import AuditAction, CallKind, CallStatus, DeliveryStatus, QuestionStatus, TargetKind
+from ..models import SECRET_MASK, Delivery, NotificationTarget, Question, ToolCall, iso
+from ..oauth import upstream
+from . import questions
 
 log = logging.getLogger("mcpcore.notify")
 
@@ -256,7 +258,7 @@ def queue_needs_authorization(server: str) -> int:
     authorization server refused its renewal. Written by the one process that holds the
     server (so once); returns how many deliveries."""
     now = timezone.now()
-    data = {"server": server, "url": oauth.server_page(server)}
+    data = {"server": server, "url": upstream.server_page(server)}
     body = payload(NEEDS_AUTHORIZATION, now, data)
     return _deliver(None, now, ((t, NEEDS_AUTHORIZATION, body) for t in NotificationTarget.objects.all()))
 
