@@ -256,7 +256,7 @@ async def test_it_tells_the_inbox_that_an_agent_stopped_waiting_until_one_waits_
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from mcpcore.models import ToolCall
+    from mcpcore.models import ApiToken, ToolCall
 
     secret = await sync_to_async(_server_with_a_tool_and_token)(agenvoy_home)
     body = json.dumps({"name": "mcp__srv__tool", "arguments": {}, "mode": "confirm", "wait": 120})
@@ -278,6 +278,12 @@ async def test_it_tells_the_inbox_that_an_agent_stopped_waiting_until_one_waits_
     page = await sync_to_async(inbox)()
     assert "The agent stopped waiting at" in page
     assert f"GET /v1/mcp/calls/{call.id}" in page
+
+    dashboard = await sync_to_async(lambda: ApiToken.issue("dashboard", role="approver")[1])()
+    with anyio.fail_after(20):  # an approver's dashboard polling the call is not its agent
+        sent = await _long_poll(f"/v1/mcp/calls/{call.id}", "wait=0.2", dashboard, None)
+    assert sent[0]["status"] == 200
+    assert (await ToolCall.objects.aget(id=call.id)).agent_left_at is not None
 
     with anyio.fail_after(20):  # the agent comes back for its result
         sent = await _long_poll(f"/v1/mcp/calls/{call.id}", "wait=0.2", secret, None)

@@ -286,11 +286,19 @@ async def _call_answer(request: ApiRequest, call_id, wait: float, full: bool = F
     call = await calls.get(call_id)
     if call is None:
         raise ApiError("call not found", 404)
-    if wait > 0 and call.agent_left_at is not None and await db.write(calls.agent_left, call.id, False):
-        await calls.announce(str(call.id))  # an agent waits on it again
+    # Only the agent that made the call leaves it or comes back for it: an approver's dashboard
+    # polling the call says nothing of the agent.
+    own = call.token_id is not None and call.token_id == request.api_token.pk
+    if (
+        own
+        and wait > 0
+        and call.agent_left_at is not None
+        and await db.write(calls.agent_left, call.id, False)
+    ):
+        await calls.announce(str(call.id))  # its agent waits on it again
     waited = await _until_gone(request, calls.wait(call, wait, local=calls.local_supervisor(request)), wait)
     if waited is None:
-        return await _left(call.id)
+        return await _left(call.id) if own else JsonResponse({}, status=202)
     call = waited
     if not full:
         return _answer(call)

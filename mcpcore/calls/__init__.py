@@ -508,9 +508,9 @@ def agent_left(call_id, left: bool) -> bool:
     """Mark a pending call as one its agent stopped waiting for (`left`), or as waited on
     again; True when the row changed (the inbox is then told)."""
     return bool(
-        ToolCall.objects.filter(id=call_id, status=CallStatus.PENDING)
-        .exclude(agent_left_at__isnull=not left)
-        .update(agent_left_at=timezone.now() if left else None)
+        ToolCall.objects.filter(id=call_id, status=CallStatus.PENDING, agent_left_at__isnull=left).update(
+            agent_left_at=timezone.now() if left else None
+        )
     )
 
 
