@@ -356,7 +356,13 @@ async def pending_answer(request: ApiRequest, question_id: str) -> JsonResponse:
 
     body = json_body(request)
     token = request.api_token
-    await db.run(questions.answer, question_id, body, _who(request), lambda q: reply_refusal(token, q.call))
+
+    def authorize(question) -> None:
+        if question.guessed:  # not listed for tokens (questions.pending_for): people answer it
+            raise ApiError(questions.NOT_FOUND, 404)
+        reply_refusal(token, question.call)
+
+    await db.run(questions.answer, question_id, body, _who(request), authorize)
     return JsonResponse({"ok": True})
 
 

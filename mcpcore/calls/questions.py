@@ -207,12 +207,13 @@ def sweep() -> int:
 
 
 def pending_for(token_id=None) -> list[Question]:
-    """The questions in the inbox, oldest first, with their calls; `token_id`: only those of
-    that token's calls (an agent's view, SPEC 12.1)."""
-    rows = Question.objects.select_related("call").filter(status=QuestionStatus.PENDING)
+    """The questions in the inbox a token sees (`GET /v1/pending`), oldest first, with their
+    calls; `token_id`: only those of that token's calls (an agent's view, SPEC 12.1). None
+    filed under a call by guess (`Question.guessed`): it may be another call's, so whether a
+    token asked it can't be told, and only people answer it, on the pages."""
+    rows = Question.objects.select_related("call").filter(status=QuestionStatus.PENDING, guessed=False)
     if token_id is not None:
-        # A question filed under a call by guess may be another token's (`Question.guessed`).
-        rows = rows.filter(call__token_id=token_id, guessed=False)
+        rows = rows.filter(call__token_id=token_id)
     return list(rows.order_by("created_at"))
 
 
