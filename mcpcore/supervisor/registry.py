@@ -280,7 +280,11 @@ def _template_matcher(text: str):
     except Exception:
         return lambda uri: False
 
+    head = text.split("{", 1)[0]  # the literal part before the first expression
+
     def matches(uri: str) -> bool:
+        if not uri.startswith(head):  # most URIs fail here, without the template's regex
+            return False
         try:
             return parsed.match(uri) is not None
         except Exception:
