@@ -9,7 +9,8 @@ of each server's echo, interleaved in blocks, p50 difference (target: under 0.2 
 import asyncio
 import time
 
-from bench.common import ECHO_ARGS, Figure, console, ms, our_server, percentile
+from bench.common import Figure, console, echo_body, ms, our_server, percentile
+from bench.overhead import console_calls
 from bench.rawhttp import RawHttp
 
 NAME = "sandbox"
@@ -31,18 +32,6 @@ async def reconnect(http, name: str) -> float:
     return took
 
 
-async def calls(http, name: str, n: int) -> list[float]:
-    body = {"name": f"mcp__{name}__echo", "arguments": ECHO_ARGS, "mode": "auto"}
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        r = await http.post("/v1/mcp/call", json=body)
-        out.append(time.perf_counter() - t)
-        if r.status_code != 200 or r.json().get("status") != "done":
-            raise RuntimeError(f"call to {name} failed: {r.status_code} {r.text[:300]}")
-    return out
-
-
 async def measure(con) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     connects: dict[str, list[float]] = {n: [] for n in SERVERS}
     called: dict[str, list[float]] = {n: [] for n in SERVERS}
@@ -53,10 +42,10 @@ async def measure(con) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
             for name in SERVERS if i % 2 == 0 else SERVERS[::-1]:
                 connects[name].append(await reconnect(http, name))
         for name in SERVERS:
-            await calls(http, name, WARMUP)
+            await console_calls(http, WARMUP, echo_body(name=f"mcp__{name}__echo"))
         for _ in range(CALLS // BLOCK):  # interleaved, so drift hits both alike
             for name in SERVERS:
-                called[name] += await calls(http, name, BLOCK)
+                called[name] += await console_calls(http, BLOCK, echo_body(name=f"mcp__{name}__echo"))
     return connects, called
 
 
