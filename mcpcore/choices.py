@@ -150,6 +150,14 @@ class TokenRole(TextChoices):
     ADMIN = "admin", "Admin"
 
 
+class PersonRole(TextChoices):
+    """A person's role (SPEC 23.1), in the token roles' words; `viewer` has no token."""
+
+    ADMIN = "admin", "Admin"
+    APPROVER = "approver", "Approver"
+    VIEWER = "viewer", "Viewer"
+
+
 class TargetKind(TextChoices):
     """Where a notification goes (SPEC 15): a Standard Webhooks endpoint or an ntfy topic."""
 

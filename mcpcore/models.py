@@ -24,6 +24,7 @@ from .choices import (
     DeliveryStatus,
     FlowStatus,
     Mode,
+    PersonRole,
     QuestionMode,
     QuestionStatus,
     ServerState,
@@ -452,6 +453,46 @@ class ApiToken(models.Model):
     @property
     def active(self) -> bool:
         return self.revoked_at is None
+
+
+class Person(models.Model):
+    """A person's place in the console (SPEC 23.1): the role of an account that signs in to the
+    browser. An account without this row is an `admin`: `createsuperuser`, `make run`'s first
+    `admin` and everyone who existed before roles (migration 0026 writes their rows)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="person")
+    role = models.CharField(max_length=10, choices=PersonRole.choices, default=PersonRole.ADMIN)
+    # Set by the identity provider at each sign-in (SPEC 23.2, AGENVOY_OIDC_ROLES): the People
+    # page shows role and groups as `from SSO`, not editable.
+    from_sso = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.role})"
+
+
+class Group(models.Model):
+    """A group of people and approver tokens (SPEC 23.3) that confirmations are routed to (24),
+    made on the People page, by `POST /v1/groups`, or by the identity provider's claim."""
+
+    name = models.CharField(max_length=64, unique=True)
+    people: "models.ManyToManyField[Any, Any]" = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="console_groups"
+    )
+    tokens: "models.ManyToManyField[ApiToken, Any]" = models.ManyToManyField(
+        "ApiToken", blank=True, related_name="groups"
+    )
+    # Escalation (SPEC 24.3): a confirmation for this group still pending after
+    # `escalate_after_minutes` is also for `escalate_to`.
+    escalate_to = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="escalated_from"
+    )
+    escalate_after_minutes = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class AppClient(models.Model):
