@@ -4,6 +4,7 @@ truth for configuration and trust, and these tables mirror them."""
 
 import datetime
 import hashlib
+import json
 import secrets
 import time
 import uuid
@@ -124,8 +125,6 @@ class Server(models.Model):
 
     @staticmethod
     def hash_config(config: dict) -> str:
-        import json
-
         return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
     def apply_config(self, config: dict) -> None:

@@ -80,6 +80,10 @@ from .forms import (
 if TYPE_CHECKING:
     pass
 
+from allauth.mfa.models import Authenticator
+from allauth.usersessions.adapter import get_adapter
+from allauth.usersessions.models import UserSession
+
 from .display import (
     RESULT_HEAD,
     answer_message,
@@ -1152,9 +1156,6 @@ def audit_page(request: HtmxRequest) -> HttpResponse:
 def account(request: HtmxRequest) -> HttpResponse:
     """The person's own page: their second factors (added and removed on allauth's pages), the
     password change, and their sessions with `Sign out` for each."""
-    from allauth.mfa.models import Authenticator
-    from allauth.usersessions.models import UserSession
-
     kinds = set(Authenticator.objects.filter(user=request.user).values_list("type", flat=True))
     sessions = sorted(
         UserSession.objects.purge_and_list(request.user),
@@ -1175,9 +1176,6 @@ def account(request: HtmxRequest) -> HttpResponse:
 def session_sign_out(request: HtmxRequest, pk: int) -> HttpResponse:
     """End one of the person's own sessions (another browser, say), through allauth's adapter
     (`signin.UserSessionsAdapter`, which closes that session's live sockets)."""
-    from allauth.usersessions.adapter import get_adapter
-    from allauth.usersessions.models import UserSession
-
     found = get_object_or_404(UserSession, pk=pk, user=request.user)
     current = found.is_current()
     get_adapter().end_sessions([found])
