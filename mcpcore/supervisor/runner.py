@@ -197,7 +197,7 @@ async def _rounds(client, call: ToolCall, asking: "Asking", on_progress):
                 raise
             # The SDK's own recovery (`Client.call_tool`): the tool's listed schema is stale,
             # so list it again and send the same round once more.
-            await client._relist_tool(call.tool)
+            await _relist(client, call.tool)
             result = await one_round()
         if not isinstance(result, InputRequiredResult):
             return result
@@ -208,7 +208,20 @@ async def _rounds(client, call: ToolCall, asking: "Asking", on_progress):
     raise RuntimeError(f"the server asked for input more than {ROUNDS} times")
 
 
+async def _relist(client, tool: str) -> None:
+    """List the server's tools again, page by page, until a page lists `tool`: what
+    `Client.call_tool` does after a `HEADER_MISMATCH` (its private `_relist_tool`), through the
+    public `list_tools`, which refreshes the client's headers for the tool (SEP-2243)."""
+    cursor: str | None = None
+    for _ in range(RELIST_PAGES):
+        page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+        cursor = page.next_cursor
+        if cursor is None or any(t.name == tool for t in page.tools):
+            return
+
+
 ROUNDS = 10  # input_required rounds of one call, as the SDK's own driver allows
+RELIST_PAGES = 100  # a server whose pages never end cannot hold a call (the SDK's cap too)
 WAITING = "waiting for an answer to {server}'s question"
 # How long a question relayed to an MCP client is waited for at most: a 2026-07-28 client's
 # `requestState` lives 10 minutes, and a person in the inbox has the confirm timeout.

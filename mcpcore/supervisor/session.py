@@ -229,7 +229,7 @@ class ServerSession:
             try:
                 await self._session(server)
             except Exception as exc:  # any failure of this server stays with this server
-                waiting = found(exc, upstream.NeedsAuthorization)  # type: ignore[assignment]
+                waiting = found(exc, upstream.NeedsAuthorization)
                 refused = found(exc, upstream.ClientRefused)
                 self.error = self.describe(refused or exc)
                 if waiting is None:
