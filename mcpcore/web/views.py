@@ -30,6 +30,7 @@ from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
+from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
 from .. import (
@@ -199,11 +200,10 @@ def _back(request: HtmxRequest, default: str, *args) -> HttpResponse:
 
 def _go(request: HtmxRequest, url: str) -> HttpResponse:
     """Send the browser to `url`: a redirect, or for htmx (the buttons of rows and panels the
-    live socket re-rendered, which carry the CSRF token in the body's headers) `HX-Redirect`."""
+    live socket re-rendered, which carry the CSRF token in the body's headers) `HX-Redirect`,
+    with no content (204) as there is nothing to swap."""
     if request.htmx:
-        response = HttpResponse(status=204)
-        response["HX-Redirect"] = url
-        return response
+        return HttpResponseClientRedirect(url, status=204)
     return redirect(url)
 
 
