@@ -20,6 +20,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.db.models.functions import Substr
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -993,22 +994,24 @@ def app_allow(request: HttpRequest) -> HttpResponse:
         picked = [v for v in all_views if v.name in chosen]
         by = audit.by(request)
         # The grant this one replaces: its token's pending calls end as a revoked token's do.
-        ended = [
-            call_id
-            for earlier in grants.earlier_grants(client, request.user)  # type: ignore[arg-type]
-            for call_id in calls.revoke_token(earlier.token_id, by)[1]
-        ]
-        _grant, code = grants.allow(
-            client,
-            request.user,  # type: ignore[arg-type]
-            fields["resource"],
-            picked,
-            redirect_uri=fields["redirect_uri"],
-            redirect_uri_explicit=fields["explicit"],
-            code_challenge=fields["code_challenge"],
-            asked_resource=fields["asked_resource"],
-            by=by,
-        )
+        # One change with the new grant: if that fails, the earlier grant stays in force.
+        with transaction.atomic():
+            ended = [
+                call_id
+                for earlier in grants.earlier_grants(client, request.user)  # type: ignore[arg-type]
+                for call_id in calls.revoke_token(earlier.token_id, by)[1]
+            ]
+            _grant, code = grants.allow(
+                client,
+                request.user,  # type: ignore[arg-type]
+                fields["resource"],
+                picked,
+                redirect_uri=fields["redirect_uri"],
+                redirect_uri_explicit=fields["explicit"],
+                code_challenge=fields["code_challenge"],
+                asked_resource=fields["asked_resource"],
+                by=by,
+            )
         for call_id in ended:
             control.run_to_end(calls.announce, call_id)
         return _to_app(fields["redirect_uri"], code=code, state=fields["state"])
