@@ -77,13 +77,13 @@ def stop_process(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeo
 
 
 @contextlib.contextmanager
-def ui_over_http(name: str, *args: str, timeout: float = 30):
-    """tests/servers/ui.py `--name <name>` over streamable HTTP, started as a remote server
-    would be: its URL once it answers; stopped on leaving."""
+def over_http(script: str, *args: str, port_variable: str, timeout: float = 30):
+    """One of our test servers over streamable HTTP on the port its `port_variable` names,
+    started as a remote server would be: its URL once it answers; stopped on leaving."""
     port = free_port()
     proc = subprocess.Popen(
-        [PYTHON, str(SERVERS / "ui.py"), "--name", name, *args],
-        env={**os.environ, "MCP_UI_PORT": str(port)},
+        [PYTHON, str(SERVERS / script), *args],
+        env={**os.environ, port_variable: str(port)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -96,7 +96,7 @@ def ui_over_http(name: str, *args: str, timeout: float = 30):
             return False
 
     try:
-        wait_until(up, timeout, what=f"ui.py {name} listening")
+        wait_until(up, timeout, what=f"{script} {' '.join(args)} listening")
         yield url
     finally:
         stop_process(proc)

@@ -33,8 +33,8 @@ from tests.live import (
     await_until,
     everything_stdio,
     our_server,
+    over_http,
     signed_in,
-    ui_over_http,
     wait_until,
 )
 from tests.mcpclients import TsClient, in_thread, mcp_client
@@ -59,7 +59,7 @@ VIEWS = {
 @pytest.fixture(scope="module")
 def b_url():
     """`ui.py --name b` over streamable HTTP, started here as a remote server would be."""
-    with ui_over_http("b") as url:
+    with over_http("ui.py", "--name", "b", port_variable="MCP_UI_PORT") as url:
         yield url
 
 

@@ -14,7 +14,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ResourceUpdated
 from mcp_types import PromptReference, ResourceTemplateReference
 
-from tests.live import SERVERS, await_until, ui_over_http
+from tests.live import SERVERS, await_until, over_http
 
 ERAS = ["legacy", "auto"]  # the 2025-11-25 handshake, and 2026-07-28 (what auto picks here)
 
@@ -147,6 +147,8 @@ def test_it_serves_streamable_http_with_a_configured_shared_uri():
                 assert (await client.read_resource("test://elsewhere")).contents[0].text == "shared from b"
                 assert (await client.call_tool("whoami", {})).content[0].text == "b"
 
-    with ui_over_http("b", "--shared", "test://elsewhere") as url:
+    with over_http(
+        "ui.py", "--name", "b", "--shared", "test://elsewhere", port_variable="MCP_UI_PORT"
+    ) as url:
         for mode in ERAS:
             anyio.run(scenario, url, mode)
