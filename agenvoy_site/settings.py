@@ -5,12 +5,15 @@ ImproperlyConfigured naming the variable.
 """
 
 import datetime
+import ipaddress
 import logging
 import os
 import secrets
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
+import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -69,8 +72,6 @@ def _days(name: str, default: int) -> int:
 
 def _networks(name: str) -> tuple:
     """Comma-separated CIDRs (a bare address is a network of one) as ip_network objects."""
-    import ipaddress
-
     raw = os.environ.get(name, "")
     out = []
     for part in (p.strip() for p in raw.split(",")):
@@ -129,8 +130,6 @@ AGENVOY_PUBLIC_URL = os.environ.get("AGENVOY_PUBLIC_URL", "http://127.0.0.1:8000
 
 def _public_origin(url: str) -> tuple[str, str]:
     """(origin, host) of AGENVOY_PUBLIC_URL; anything but an http(s) address stops start-up."""
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises on a bad port
@@ -326,8 +325,6 @@ def _database() -> dict[str, Any]:
             "TEST": {"NAME": DATA_DIR / "test_db.sqlite3"},
         }
     else:
-        import dj_database_url
-
         try:
             config = dict(dj_database_url.parse(url, conn_max_age=0))
         except Exception as exc:
@@ -428,8 +425,6 @@ USERSESSIONS_ADAPTER = "mcpcore.web.signin.UserSessionsAdapter"
 def _smtp(name: str) -> tuple[str, str, int, str, str]:
     """(scheme, host, port, user, password) from `smtp://[user:password@]host[:port]`
     (`smtp+tls://`: STARTTLS, `smtps://`: TLS from the start)."""
-    from urllib.parse import unquote, urlsplit
-
     bad = ImproperlyConfigured(
         f"{name} must be smtp://, smtp+tls:// or smtps:// [user:password@]host[:port]"
     )  # the value is not repeated: it may hold the password

@@ -8,6 +8,8 @@ class McpcoreConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Here, not at the top: Django imports this module before the models are loaded, and
+        # both modules import models (AppRegistryNotReady at the top).
         from .audit import connect_signin_signals
         from .db.cache import install_triggers
 

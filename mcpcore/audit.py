@@ -16,7 +16,10 @@ import ipaddress
 from collections import Counter
 from typing import Any, NamedTuple
 
+from allauth.mfa import signals as mfa_signals
+from axes.signals import user_locked_out
 from django.conf import settings
+from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.http import HttpRequest
 
 from .choices import AuditAction
@@ -209,10 +212,6 @@ def _factor_removed(sender, request, user, authenticator, **kwargs) -> None:
 
 def connect_signin_signals() -> None:
     """Sign-ins and second factors, told by Django, axes and allauth (the app's `ready()`)."""
-    from allauth.mfa import signals as mfa_signals
-    from axes.signals import user_locked_out
-    from django.contrib.auth.signals import user_logged_in, user_login_failed
-
     user_logged_in.connect(_signed_in, dispatch_uid="agenvoy-audit-signin")
     user_login_failed.connect(_failed, dispatch_uid="agenvoy-audit-signin-failed")
     user_locked_out.connect(_locked, dispatch_uid="agenvoy-audit-signin-locked")

@@ -14,8 +14,12 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.conf import settings
 
+from . import db
 from .choices import ServerState
+from .models import ResourceSubscription, Server, Worker
+from .oauth import upstream
 
 _loop: asyncio.AbstractEventLoop | None = None
 
@@ -92,11 +96,6 @@ async def reconnect(name: str | None) -> dict[str, str] | None:
     """Ask the owners of one server (or all) to reconnect, servers in parallel, and gather what
     each became within the connect timeout. None when `name` is not a server."""
 
-    from django.conf import settings
-
-    from . import db
-    from .models import Server, Worker
-
     def plan() -> dict[str, list[str]] | None:
         rows = Server.objects.all() if name is None else Server.objects.filter(name=name)
         servers = list(rows.values_list("name", "owner", "enabled", "state", "last_error"))
@@ -146,9 +145,6 @@ async def reconnect(name: str | None) -> dict[str, str] | None:
 
 async def cancel_call(call) -> None:
     """Tell the worker running a call to cancel it (it sends notifications/cancelled)."""
-    from . import db
-    from .models import Worker
-
     channel = await db.run(
         lambda: Worker.objects.filter(name=call.worker).values_list("channel", flat=True).first()
     )
@@ -170,15 +166,7 @@ async def authorize(name: str, person: str) -> str:
     written here first (replacing any earlier flow); the holder fills it in. AuthorizeRefused
     when no worker holds the server or the authorization server can't be reached."""
 
-    from django.conf import settings
-
-    from . import db
-    from .models import Worker
-    from .oauth import upstream
-
     def plan() -> tuple[str, str]:
-        from .models import Server
-
         owner = Server.objects.filter(name=name).values_list("owner", flat=True).first() or ""
         channel = (
             Worker.objects.filter(name=owner).values_list("channel", flat=True).first() if owner else None
@@ -211,8 +199,6 @@ def flow_callback(flow_id: str) -> None:
 
 def _holder_channel(server: str) -> str:
     """The channel of the worker that holds the server's session, "" when none does."""
-    from .models import Server, Worker
-
     owner = Server.objects.filter(name=server).values_list("owner", flat=True).first() or ""
     return (
         (Worker.objects.filter(name=owner).values_list("channel", flat=True).first() or "") if owner else ""
@@ -235,10 +221,6 @@ class Refused(Exception):
 async def complete(server: str, ref: dict, argument: dict, context: dict | None) -> dict:
     """Ask the holder of `server` for a completion (SPEC 20.2) and return the server's
     `CompleteResult` as wire JSON."""
-
-    from django.conf import settings
-
-    from . import db
 
     channel = await db.run(_holder_channel, server)
     if not channel:
@@ -264,11 +246,6 @@ async def subscribe(server: str, uri: str) -> None:
     connect, and a word to the one holding it now, whose answer is awaited (bounded) so the
     client's subscription is acknowledged only once the server's updates are followed: an
     update in between would be lost."""
-
-    from django.conf import settings
-
-    from . import db
-    from .models import ResourceSubscription
 
     def record() -> str:
         ResourceSubscription.objects.get_or_create(server_name=server, uri=uri)

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from . import allowlist, audit, names, rules
 from .choices import AuditAction, ServerState, Transport
+from .models import AllowEntry, FileState, OAuthAccount, OAuthFlow, RuleLine, Server, Tool, ToolPin
 
 log = logging.getLogger("mcpcore.files")
 
@@ -305,8 +306,6 @@ def _stat_of(path: Path) -> tuple | None:
 def current_allow() -> list[str]:
     """The allow-list now: the file is the truth; the mirrored table answers when the file
     can't be read."""
-    from .models import AllowEntry
-
     try:
         return read_allow_tool()
     except ConfigFileError:
@@ -333,15 +332,11 @@ def add_allow_entry(entry: str, repin: bool = False, by: audit.Actor = audit.BY_
 
 
 def _record(name: str, error: str) -> None:
-    from .models import FileState
-
     defaults = {"error": error, "checked_at": timezone.now()}
     FileState.objects.update_or_create(name=name, defaults=defaults)
 
 
 def file_problem(name: str) -> str:
-    from .models import FileState
-
     row = FileState.objects.filter(name=name).first()
     return row.error if row else ""
 
@@ -353,8 +348,6 @@ def _mirror_allow(entries: list[str], by: audit.Actor) -> None:
 def _mirror_allow_prefix(prefix: str, entries: list[str], by: audit.Actor, object: str = "") -> None:
     """Make the mirrored entries starting with `prefix` these; what changed is one
     `trust.change` of `by`'s (`object`: the prefix, or the one entry, it was about)."""
-    from .models import AllowEntry
-
     wanted = set(entries)
     with transaction.atomic():
         have = set(AllowEntry.objects.filter(entry__startswith=prefix).values_list("entry", flat=True))
@@ -396,8 +389,6 @@ def sync_servers() -> set[str] | None:
 def _sync_servers(by: audit.Actor, data: dict | None = None) -> set[str] | None:
     """`sync_servers` of `data` (default: the file as it is now), each server added, changed
     or removed audited as `by`'s. The caller holds the file's lock."""
-    from .models import OAuthAccount, OAuthFlow, Server
-
     try:
         data = read_mcp_json() if data is None else data
     except ConfigFileError as exc:
@@ -464,8 +455,6 @@ def read_rules_text() -> str:
 
 def mirrored_rules() -> list[rules.Rule]:
     """The last good rules, as mirrored."""
-    from .models import RuleLine
-
     out = []
     for line, text in RuleLine.objects.values_list("line", "text"):
         try:
@@ -511,8 +500,6 @@ def write_rules(lines: list[str], by: audit.Actor = audit.BY_SYSTEM) -> list[rul
 def _mirror_rules(parsed: list[rules.Rule], by: audit.Actor) -> None:
     """Make the mirrored rules these; the lines added and removed are one `rules.change` of
     `by`'s (a line that only moved is no change)."""
-    from .models import RuleLine
-
     wanted = [(r.line, r.text) for r in parsed]
     with transaction.atomic():
         have = list(RuleLine.objects.values_list("line", "text"))
@@ -564,8 +551,6 @@ def sync_pins(entries: list[str], *, prefix: str = "", only: str | None = None, 
     """Make the pins follow trust: a trusted tool without a pin is pinned at its current
     definition (`repin`: every trusted tool in scope is); a pin of a tool no longer trusted
     is dropped. Scope: names starting with `prefix`, or the one name `only`."""
-    from .models import Tool, ToolPin
-
     scope = only if only is not None else prefix
     if scope:  # only the entries that can cover a name in scope: a long allow_tool is cheap
         entries = [
@@ -602,8 +587,6 @@ def trust_states(tools: list, match: "allowlist.Matcher | None" = None) -> dict[
     """`trusted`, `changed` or `untrusted` per registered name (SPEC 14.1). `match`: the
     allow-list's Matcher, when the caller has built one already. A listed tool with a digest
     and no pin yet is not trusted yet (`calls.trusted`: the pin comes first)."""
-    from .models import ToolPin
-
     if match is None:
         match = allowlist.Matcher(current_allow())
     pins = dict(ToolPin.objects.values_list("registered_name", "digest"))

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import GaugeMetricFamily
 
 from .choices import CallStatus, ServerState
+from .models import Server, ToolCall
 
 log = logging.getLogger("mcpcore.metrics")
 # The series are exactly those of SPEC 18.3: no `_created` companions.
@@ -137,8 +138,6 @@ class _Gauges:
 
 def database_gauges() -> dict:
     """What the gauges show, from the database. Sync."""
-    from .models import Server, ToolCall
-
     return {
         "pending": ToolCall.objects.filter(status=CallStatus.PENDING).count(),
         "servers": [

@@ -4,6 +4,7 @@ truth for configuration and trust, and these tables mirror them."""
 
 import datetime
 import hashlib
+import json
 import secrets
 import time
 import uuid
@@ -124,8 +125,6 @@ class Server(models.Model):
 
     @staticmethod
     def hash_config(config: dict) -> str:
-        import json
-
         return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
     def apply_config(self, config: dict) -> None:
@@ -585,9 +584,12 @@ def time_ordered_uuid() -> uuid.UUID:
 
 
 class ToolCall(models.Model):
-    """One tool call by an agent, from request through the gate to its result. A call waiting
-    for a person (status `pending`) is the pending confirmation: `confirm_id` names it. Its
-    statuses, kinds, decisions and doors are in `choices`."""
+    """One call, from request through the gate to its result: of a server's tool, a prompt get
+    or a resource read, or a permission prompt about an agent's own tool, which never runs on a
+    server (`kind`); made through `/v1` or a page's try-it, `/mcp`, or a Claude Code hook
+    (`via`). A call waiting for a person (status `pending`) is the pending confirmation:
+    `confirm_id` names it. Its statuses, kinds, decisions and doors are in `choices`; the call
+    layer (`mcpcore.calls`) writes it, through `db.callsql`."""
 
     id = models.UUIDField(primary_key=True, default=time_ordered_uuid, editable=False)
     # A permission prompt (SPEC 13.5) asks about an agent's own tool: never run on a server.
@@ -623,7 +625,7 @@ class ToolCall(models.Model):
     rule = models.TextField(blank=True, default="")  # the argument rule that decided (14.2)
     definition_changed = models.BooleanField(default=False)  # pinned tool changed (14.1)
 
-    # How far the notifier (notify.py) has told notification targets about this confirmation:
+    # How far the notifier (calls/notify.py) has told notification targets about this confirmation:
     # 0 nothing yet, 1 that it is pending, 2 that it ended too (or nothing to tell).
     notified = models.PositiveSmallIntegerField(default=0)
     # Which door the call came in by: `rest` (/v1/mcp/call, and a page's try-it), `mcp` (the

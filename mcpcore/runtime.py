@@ -7,10 +7,12 @@ process under any ASGI server), the one-process console (`serve`), and a supervi
     await process.start()                  # host the supervisor on the running loop
     await process.stop(timeout)            # MCP clients' streams, then the supervisor
 
-A Runtime switches this process's database work to mcpcore.db's long-lived threads and turns
-mcpcore.cache on (servers keep tokens and tools in memory). While it hosts a supervisor, every
-HTTP request carries it in its ASGI scope (`calls.LOCAL`): that is how the call path of this
-process reaches it, as a `calls.LocalSupervisor`, and nothing else in the web side holds it.
+A Runtime moves this process's database work to `mcpcore.db`'s long-lived threads
+(`db.use_dedicated_threads`) and turns `mcpcore.db.cache` on (tokens, tools, pins, server names
+and views kept in memory while the database says they are current). While it hosts a
+supervisor, every HTTP request carries it in its ASGI scope (`calls.LOCAL`): that is how the
+call path of this process reaches it, as a `calls.LocalSupervisor`, and nothing else in the web
+side holds it.
 """
 
 import asyncio

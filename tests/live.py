@@ -77,6 +77,32 @@ def stop_process(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeo
 
 
 @contextlib.contextmanager
+def over_http(script: str, *args: str, port_variable: str, timeout: float = 30):
+    """One of our test servers over streamable HTTP on the port its `port_variable` names,
+    started as a remote server would be: its URL once it answers; stopped on leaving."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [PYTHON, str(SERVERS / script), *args],
+        env={**os.environ, port_variable: str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def up() -> bool:
+        try:
+            return httpx2.get(url, timeout=1).status_code > 0
+        except httpx2.TransportError:
+            return False
+
+    try:
+        wait_until(up, timeout, what=f"{script} {' '.join(args)} listening")
+        yield url
+    finally:
+        stop_process(proc)
+
+
+@contextlib.contextmanager
 def background(target, *args: tuple, join: float = 70):
     """Run `target(stop, *a)` in a thread for each tuple `a` of `args` while the block runs;
     yields `stop`, a threading.Event. However the block ends, pass or fail, `stop` is set and

@@ -2,16 +2,31 @@
 
 import asyncio
 import json
+import uuid
 
 from django.core.exceptions import RequestDataTooBig
+from django.db.models import Count
 from django.http import JsonResponse
 from django.utils import timezone
 
-from .. import allowlist, audit, control, files, serverconfig, toolviewstore
+from .. import allowlist, audit, calls, control, db, files, retention, rules, serverconfig, toolviewstore
+from ..calls import questions
 from ..choices import CallStatus, TokenRole
 from ..db import cache
-from ..models import Server, Tool, ToolCall, mask_config
-from ..oauth import grants
+from ..instructions import instructions_block
+from ..models import (
+    AppGrant,
+    OAuthAccount,
+    Prompt,
+    Resource,
+    ResourceTemplate,
+    Server,
+    Tool,
+    ToolCall,
+    iso,
+    mask_config,
+)
+from ..oauth import grants, upstream
 from ..schemas import (
     AllowEdit,
     AllowQuery,
@@ -27,7 +42,8 @@ from ..schemas import (
     ViewRef,
     WaitQuery,
 )
-from .auth import ApiError, ApiRequest, api_view, json_body, reply_refusal, visible_calls
+from . import claude_hooks
+from .auth import ApiError, ApiRequest, _reject_constant, api_view, json_body, reply_refusal, visible_calls
 
 
 def _file_error(exc: files.ConfigFileError) -> ApiError:
@@ -94,12 +110,6 @@ def not_found(request: ApiRequest, rest: str = "") -> JsonResponse:
 
 @api_view(("GET",))
 def mcp_status(request: ApiRequest) -> JsonResponse:
-    from django.db.models import Count
-
-    from .. import retention
-    from ..models import OAuthAccount, iso
-    from ..oauth import upstream
-
     rows = Server.objects.annotate(n=Count("tools")).order_by("name")
     accounts = {a.server_name: a for a in OAuthAccount.objects.all()}
     storage = retention.storage()
@@ -123,9 +133,6 @@ def mcp_status(request: ApiRequest) -> JsonResponse:
 def _listing_counts() -> tuple[dict[int, int], dict[int, int]]:
     """Prompts, and resources with templates, by server id (SPEC 20.1): counted apart, as one
     query joining all three would multiply them."""
-    from django.db.models import Count
-
-    from ..models import Prompt, Resource, ResourceTemplate
 
     def by_server(model) -> dict[int, int]:
         return dict(
@@ -160,8 +167,6 @@ def _visible_servers(request: ApiRequest) -> dict[str, int] | None:
 
 @api_view(("GET",))
 def mcp_instructions(request: ApiRequest) -> JsonResponse:
-    from ..instructions import instructions_block
-
     pairs = list(Server.objects.filter(enabled=True).values_list("name", "instructions"))
     seen = _visible_servers(request)
     if seen is not None:
@@ -199,9 +204,6 @@ async def mcp_reconnect(request: ApiRequest) -> JsonResponse:
 @api_view(("POST",))
 async def mcp_authorize(request: ApiRequest) -> JsonResponse:
     """Start a person's OAuth flow for a server (SPEC 16.2): the URL to send the browser to."""
-    from .. import db
-    from ..oauth import upstream
-
     name = AuthorizeBody.check(json_body(request)).name
     problem = await db.run(upstream.authorize_problem, name)
     if problem is not None:
@@ -224,8 +226,6 @@ def _create_call(request: ApiRequest) -> ToolCall:
     """`calls.create` for `POST /v1/mcp/call` (`schemas.CallBody`), in the same database
     trip as the auth: `wait` is checked here, first; the call by `calls.create`, as for every
     door."""
-    from .. import calls
-
     body = json_body(request)
     request.wait_seconds = CallWait.check(body).wait
     return calls.create(
@@ -241,8 +241,6 @@ def _create_call(request: ApiRequest) -> ToolCall:
 
 @api_view(("POST",), prepare=_create_call)
 async def mcp_call(request: ApiRequest) -> JsonResponse:
-    from .. import calls
-
     call, wait, local = request.prepared, request.wait_seconds, calls.local_supervisor(request)
     await calls.submit(call, local)
     answered = await _until_gone(request, calls.wait(call, wait, local=local), wait)
@@ -254,8 +252,6 @@ async def mcp_call(request: ApiRequest) -> JsonResponse:
 async def _left(call_id) -> JsonResponse:
     """The client hung up on a call still pending: the inbox says its agent stopped waiting
     (the call goes on; the answer goes nowhere)."""
-    from .. import calls, db
-
     if await db.write(calls.agent_left, call_id, True):
         await calls.announce(str(call_id))
     return JsonResponse({}, status=202)
@@ -281,8 +277,6 @@ async def _until_gone(request: ApiRequest, waiting, seconds: float):
 
 
 async def _call_answer(request: ApiRequest, call_id, wait: float, full: bool = False) -> JsonResponse:
-    from .. import calls, db
-
     call = await calls.get(call_id)
     if call is None:
         raise ApiError("call not found", 404)
@@ -302,7 +296,6 @@ async def _call_answer(request: ApiRequest, call_id, wait: float, full: bool = F
     call = waited
     if not full:
         return _answer(call)
-    from ..calls import questions
 
     # The history keeps the questions its servers asked, and their answers (SPEC 20.4).
     asked = await db.run(questions.of_call, call.id, request.api_token.role == TokenRole.AGENT)
@@ -310,8 +303,6 @@ async def _call_answer(request: ApiRequest, call_id, wait: float, full: bool = F
 
 
 def _uuid_or_404(value: str, message: str):
-    import uuid
-
     try:
         return uuid.UUID(value)
     except ValueError:
@@ -327,8 +318,6 @@ async def mcp_call_detail(request: ApiRequest, call_id: str) -> JsonResponse:
 
 @api_view(("POST",))
 async def mcp_call_cancel(request: ApiRequest, call_id: str) -> JsonResponse:
-    from .. import calls
-
     cid = _uuid_or_404(call_id, "call not found")
     await calls.stop(cid, calls.local_supervisor(request))
     return JsonResponse({"ok": True})
@@ -336,8 +325,6 @@ async def mcp_call_cancel(request: ApiRequest, call_id: str) -> JsonResponse:
 
 @api_view(("GET",))
 def pending(request: ApiRequest) -> JsonResponse:
-    from ..calls import questions
-
     token = request.api_token
     rows = visible_calls(token, ToolCall.objects.filter(status=CallStatus.PENDING)).order_by("created_at")
     items = [(c.created_at, c.to_pending()) for c in rows]
@@ -351,9 +338,6 @@ def pending(request: ApiRequest) -> JsonResponse:
 @api_view(("POST",))
 async def pending_answer(request: ApiRequest, question_id: str) -> JsonResponse:
     """A token's answer to a server's question (SPEC 20.4), refused as replies are (12.1)."""
-    from .. import db
-    from ..calls import questions
-
     body = json_body(request)
     token = request.api_token
 
@@ -368,8 +352,6 @@ async def pending_answer(request: ApiRequest, question_id: str) -> JsonResponse:
 
 @api_view(("POST",))
 async def confirm(request: ApiRequest, session_id: str, confirm_id: str) -> JsonResponse:
-    from .. import calls
-
     body = json_body(request)
     token = request.api_token
     await calls.respond(
@@ -394,8 +376,6 @@ def _rules_body() -> dict:
 
 @api_view(("GET", "POST"))
 def rules_view(request: ApiRequest) -> JsonResponse:
-    from .. import rules
-
     if request.method == "GET":
         return JsonResponse(_rules_body())
     lines = RulesEdit.check(json_body(request)).rules
@@ -413,8 +393,6 @@ def rules_view(request: ApiRequest) -> JsonResponse:
 
 def _hook_body(request: ApiRequest) -> ClaudeCodeHook:
     """The hook's body as a `ClaudeCodeHook`; its first problem is the 400 (SPEC 17.1 order)."""
-    from .auth import _reject_constant
-
     try:
         raw = request.body
     except RequestDataTooBig:
@@ -438,9 +416,6 @@ async def claude_code_hook(request: ApiRequest) -> JsonResponse:
     the one call path (rules, grants, allowances, inbox), held until decided or `wait` seconds;
     then the event's JSON. Nobody deciding in time cancels the prompt: Claude Code asks at the
     terminal instead."""
-    from .. import calls, db
-    from . import claude_hooks
-
     body = _hook_body(request)
     try:
         wait = claude_hooks.wait_seconds(request.GET.get("wait"))
@@ -485,8 +460,6 @@ def app_grants_list(request: ApiRequest) -> JsonResponse:
 async def app_grant_revoke(request: ApiRequest, grant_id: str) -> JsonResponse:
     """Revoke an app's grant: its tokens stop working at once on every process, and the calls
     it left pending end as `cancelled` (as a revoked token's do, SPEC 12.2)."""
-    from .. import calls, db
-
     by = audit.by(request)
     ended = await db.write(_app_grant_revoke, grant_id, by)
     if ended is None:
@@ -497,9 +470,6 @@ async def app_grant_revoke(request: ApiRequest, grant_id: str) -> JsonResponse:
 
 
 def _app_grant_revoke(grant_id: str, by: audit.Actor) -> list[str] | None:
-    from .. import calls
-    from ..models import AppGrant
-
     grant = (
         AppGrant.objects.select_related("client", "token")
         .filter(pk=int(grant_id), revoked_at__isnull=True)

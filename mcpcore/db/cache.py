@@ -21,7 +21,11 @@ in tests that roll back, every lookup queries.
 
 import time
 
+from django.db import connections
+
 from .. import db
+from ..models import ApiToken, AppToken, Server, Tool, ToolPin, View
+from ..toolviews import Scope
 
 _kept: dict[tuple[str, str], tuple[int, object]] = {}
 _MAX = 10_000  # entries; past that everything is dropped and read again
@@ -57,8 +61,6 @@ def _through(kind: str, key: str, load):
 
 def token(token_hash: str):
     """The live (not revoked) ApiToken with this hash, or None."""
-    from ..models import ApiToken
-
     return _through(
         "token",
         token_hash,
@@ -70,8 +72,6 @@ def app_token(token_hash: str):
     """The AppToken (an app's access token, SPEC 21.4) with this hash, its grant, client and
     ApiToken loaded, while it, its grant and its ApiToken are not revoked; None otherwise.
     Its expiry is the caller's to check (time passes without a change of generation)."""
-    from ..models import AppToken
-
     return _through(
         "app",
         token_hash,
@@ -91,8 +91,6 @@ def app_token(token_hash: str):
 
 def tool(registered_name: str):
     """The Tool with this registered name, its server loaded, or None."""
-    from ..models import Tool
-
     return _through(
         "tool",
         registered_name,
@@ -102,8 +100,6 @@ def tool(registered_name: str):
 
 def pin(registered_name: str) -> str:
     """The pinned digest of a tool, `""` when it has none (SPEC 14.1)."""
-    from ..models import ToolPin
-
     return _through(
         "pin",
         registered_name,
@@ -116,8 +112,6 @@ def pin(registered_name: str) -> str:
 
 def toolview(name: str):
     """The View of this name, or None."""
-    from ..models import View
-
     return _through("view", name, lambda: View.objects.filter(name=name).first())
 
 
@@ -126,8 +120,6 @@ def scope(token):
     (or no token: a person in the browser), with no query."""
     if token is None or not token.view_limited:
         return None
-    from ..models import View
-    from ..toolviews import Scope
 
     def load():
         rows = View.objects.filter(tokens=token.pk).order_by("name")
@@ -144,15 +136,11 @@ def listing(key: str, load):
 
 def server(name: str):
     """The Server of this name, or None (what a prompt get or resource read checks)."""
-    from ..models import Server
-
     return _through("server-row", name, lambda: Server.objects.filter(name=name).first())
 
 
 def server_exists(name: str) -> bool:
     """Whether a server of this name is configured (`/mcp/<server>` asks on every request)."""
-    from ..models import Server
-
     return _through("server", name, lambda: Server.objects.filter(name=name).exists())
 
 
@@ -202,8 +190,6 @@ def install_triggers(sender=None, using: str = "default", **_kwargs) -> None:
     """Create the generation row and the triggers (idempotent; run after every migrate, so a
     table a later migration rebuilds, as SQLite's ALTER does, gets them back). A re-created
     row starts from the clock, never from a number an old entry may carry."""
-    from django.db import connections
-
     conn = connections[using]
     if TABLE not in conn.introspection.table_names():
         return

@@ -79,6 +79,8 @@ class McpEndpoint:
 
     def __init__(self) -> None:
         self.changes = Changes()
+        # The handlers return the wire dict, which the SDK takes (its `HandlerResult`); its
+        # annotations name only the result models.
         self.server = ConsoleServer(
             NAME,
             on_list_tools=context.on_list,  # type: ignore[arg-type]
@@ -142,6 +144,8 @@ class McpEndpoint:
 
     def open_sessions(self) -> int:
         """MCP sessions (2025 protocol) open in this process, for `agenvoy_mcp_sessions`."""
+        # A private attribute: the session manager counts its sessions but says the count to no
+        # one (no SDK issue filed yet; missing: a public count of its open sessions).
         return len(self.manager._server_instances)
 
     # --- requests ------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from mcp.shared.exceptions import MCPError
 from .. import control, db
 from ..models import ApiToken
 from . import catalog, reads
-from .context import caller, offer_of
+from .context import caller, connection_of, offer_of
 
 log = logging.getLogger("mcpcore.mcpserver")
 
@@ -109,7 +109,7 @@ class Changes:
         """`resources/subscribe` (2025 sessions): a URI the client may read, followed upstream."""
         uri = str(params.uri)
         server = reads.routed(ctx, await offer_of(ctx), uri)
-        connection = getattr(ctx.session, "_connection", None)
+        connection = connection_of(ctx)
         if connection is None:
             raise MCPError(reads.INVALID_PARAMS, "resources/subscribe needs a session")
         await control.subscribe(server, uri)
@@ -120,7 +120,7 @@ class Changes:
         return {}
 
     async def on_unsubscribe(self, ctx, params) -> dict:
-        connection = getattr(ctx.session, "_connection", None)
+        connection = connection_of(ctx)
         self._subscribed.get(str(params.uri), {}).pop(id(connection), None)
         return {}
 

@@ -12,6 +12,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import cast
 
+from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -34,6 +35,15 @@ def caller(ctx) -> tuple[ApiToken, str]:
 def local_of(ctx) -> calls.LocalSupervisor | None:
     """The supervisor of this process, as the HTTP request this MCP request came in carries it."""
     return calls.local_supervisor(ctx.request)
+
+
+def connection_of(ctx) -> Connection | None:
+    """The client's `Connection` (2025 sessions: its `state` and `exit_stack` outlive the
+    request). The SDK hands handlers a `ServerRequestContext` whose session keeps it private:
+    its public `Context.connection` is built by nothing that serves requests (no SDK issue
+    filed yet; missing: `ServerRequestContext.connection`, which the SDK's own migration guide
+    shows, see the review of modelcontextprotocol/python-sdk#2928)."""
+    return getattr(ctx.session, "_connection", None)
 
 
 def is_modern(ctx) -> bool:
@@ -111,7 +121,7 @@ class ConsoleMiddleware:
         if ctx.request is None or ENDPOINT_KEY not in ctx.request.scope:
             return await call_next(ctx)
         token, endpoint = caller(ctx)
-        connection = getattr(ctx.session, "_connection", None)
+        connection = connection_of(ctx)
         if ctx.method in ("initialize", "server/discover"):
             result = dict(await call_next(ctx))
             text = await db.run(catalog.instructions_for, endpoint, token)

@@ -22,6 +22,9 @@ import uuid
 from pathlib import Path
 from typing import IO
 
+import anyio
+import mcp_types as types
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
@@ -80,8 +83,6 @@ class Supervisor:
 
     async def start(self) -> None:
         """Register, join the supervisors' group, and start the background loops."""
-        from channels.layers import get_channel_layer
-
         layer = get_channel_layer()
         await layer.group_add(control.SUPERVISORS, self.channel)
         await db.run(self._register_worker)
@@ -200,8 +201,6 @@ class Supervisor:
             except TimeoutError:
                 outcome[name] = "reconnect timed out"
         if reply:
-            from channels.layers import get_channel_layer
-
             await get_channel_layer().send(reply, {"type": "reconnect.done", "servers": outcome})
 
     # --- resource subscriptions and completions (SPEC 20.2) ----------------------------------
@@ -225,8 +224,6 @@ class Supervisor:
     ) -> None:
         """Ask the server for completions of a prompt's or template's argument and answer
         `reply` with `complete.done`: the result's wire JSON, or the JSON-RPC error."""
-        from channels.layers import get_channel_layer
-
         try:
             answer = {"result": await self._completion(server_name, ref, argument, context)}
         except Exception as exc:
@@ -234,9 +231,6 @@ class Supervisor:
         await get_channel_layer().send(reply, {"type": "complete.done", **answer})
 
     async def _completion(self, server_name: str, ref: dict, argument: dict, context: dict | None) -> dict:
-        import anyio
-        import mcp_types as types
-
         session = self.sessions.get(server_name)
         client = await session.wait_ready(settings.AGENVOY_CONNECT_TIMEOUT) if session else None
         if client is None:
@@ -272,8 +266,6 @@ class Supervisor:
         """Run a person's flow for a server held here: answer `reply` with the authorization
         URL as soon as it is known (or the error that came first), then wait for the person;
         with the tokens stored, the server connects at once."""
-        from channels.layers import get_channel_layer
-
         layer = get_channel_layer()
         session = self.sessions.get(server_name)
         server = await db.run(Server.objects.filter(name=server_name).first)

@@ -30,7 +30,7 @@ def _leaves(group: BaseExceptionGroup):
             yield exc
 
 
-def found(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+def found[E: BaseException](exc: BaseException, kind: type[E]) -> E | None:
     """`exc` itself or the first exception of that kind inside its groups."""
     if isinstance(exc, kind):
         return exc

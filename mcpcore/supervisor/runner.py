@@ -20,6 +20,15 @@ import math
 
 import anyio
 from django.conf import settings
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    ElicitRequest,
+    ElicitResult,
+    ErrorData,
+    InputRequiredResult,
+)
 
 from .. import calls, control, db, elicitation, gate, results
 from ..calls import questions
@@ -168,9 +177,6 @@ async def _rounds(client, call: ToolCall, asking: "Asking", on_progress):
     instead, whose questions are asked in order (`Asking.answer`), and the call is made again
     with the answers and the server's `request_state` (SPEC 20.4). A 2025 server never does
     (it asks through `elicitation/create` meanwhile)."""
-    from mcp.shared.exceptions import MCPError
-    from mcp_types import HEADER_MISMATCH, InputRequiredResult
-
     responses, state = None, None
 
     def one_round():
@@ -191,7 +197,7 @@ async def _rounds(client, call: ToolCall, asking: "Asking", on_progress):
                 raise
             # The SDK's own recovery (`Client.call_tool`): the tool's listed schema is stale,
             # so list it again and send the same round once more.
-            await client._relist_tool(call.tool)
+            await _relist(client, call.tool)
             result = await one_round()
         if not isinstance(result, InputRequiredResult):
             return result
@@ -202,7 +208,20 @@ async def _rounds(client, call: ToolCall, asking: "Asking", on_progress):
     raise RuntimeError(f"the server asked for input more than {ROUNDS} times")
 
 
+async def _relist(client, tool: str) -> None:
+    """List the server's tools again, page by page, until a page lists `tool`: what
+    `Client.call_tool` does after a `HEADER_MISMATCH` (its private `_relist_tool`), through the
+    public `list_tools`, which refreshes the client's headers for the tool (SEP-2243)."""
+    cursor: str | None = None
+    for _ in range(RELIST_PAGES):
+        page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+        cursor = page.next_cursor
+        if cursor is None or any(t.name == tool for t in page.tools):
+            return
+
+
 ROUNDS = 10  # input_required rounds of one call, as the SDK's own driver allows
+RELIST_PAGES = 100  # a server whose pages never end cannot hold a call (the SDK's cap too)
 WAITING = "waiting for an answer to {server}'s question"
 # How long a question relayed to an MCP client is waited for at most: a 2026-07-28 client's
 # `requestState` lives 10 minutes, and a person in the inbox has the confirm timeout.
@@ -257,9 +276,6 @@ class Asking:
     async def answer(self, request):
         """The answer to one input request of an `InputRequiredResult`: an elicitation is
         asked; sampling and roots are not offered (-32601, the call fails)."""
-        from mcp.shared.exceptions import MCPError
-        from mcp_types import ElicitRequest, ElicitResult
-
         if not isinstance(request, ElicitRequest):
             error = not_offered(request.method)
             raise MCPError(error.code, error.message)
@@ -274,8 +290,6 @@ class Asking:
         `Askers._asker_for`) is asked in the inbox only. A URL question whose address shows
         another host than the one a browser opens is refused at once (`ErrorData`, -32602),
         asked of no one."""
-        from mcp_types import INVALID_PARAMS, ElicitResult, ErrorData
-
         if getattr(params, "mode", "form") == "url" and (why := elicitation.url_refusal(params.url)):
             log.warning("server %s: URL question refused: %s", self.call.server_name, why)
             return ErrorData(code=INVALID_PARAMS, message=f"URL question refused: {why}")
@@ -361,8 +375,6 @@ def _store(result, call: ToolCall | None = None) -> tuple[str, str, dict]:
 
 def _answered(exc: BaseException) -> bool:
     """A JSON-RPC error the server itself answered (unknown prompt, resource not found ...)."""
-    from mcp.shared.exceptions import MCPError
-
     return isinstance(exc, MCPError) and exc.error.code not in (-32000, -32001)
 
 

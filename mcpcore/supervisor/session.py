@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, Protocol
 
 import anyio
+import mcp_types as types
 from django.conf import settings
 from mcp import Client
 from mcp.client import advertise
@@ -228,7 +229,7 @@ class ServerSession:
             try:
                 await self._session(server)
             except Exception as exc:  # any failure of this server stays with this server
-                waiting = found(exc, upstream.NeedsAuthorization)  # type: ignore[assignment]
+                waiting = found(exc, upstream.NeedsAuthorization)
                 refused = found(exc, upstream.ClientRefused)
                 self.error = self.describe(refused or exc)
                 if waiting is None:
@@ -495,8 +496,6 @@ def _refuse_sampling_and_roots(client: Client) -> None:
     """Answer a server's sampling and roots requests with -32601 (SPEC 20.4). The SDK answers
     them -32600 unless a callback is given, and a callback would declare the capability: so
     the session's dispatch of server requests is wrapped instead, the capabilities untouched."""
-    import mcp_types as types
-
     session = client.session
     dispatch = session.dispatch_input_request
 

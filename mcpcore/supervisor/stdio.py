@@ -8,6 +8,7 @@ answers gets a JSON-RPC error instead, and memory stays bounded whatever a serve
 Shutdown follows the spec's order: close stdin, wait, then end the process group.
 """
 
+import json
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -56,8 +57,6 @@ def too_long_error(head: bytes, tail: bytes, size: int, limit: int) -> SessionMe
 
 
 def json_string(raw: bytes) -> str:
-    import json
-
     return json.loads(raw)
 
 

@@ -13,6 +13,7 @@ from typing import IO, Any
 
 import anyio
 import httpx2
+import psutil
 from django.conf import settings
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
@@ -308,8 +309,6 @@ def sweep(tag: str) -> int:
     """End every process still carrying a session's tag. The SDK signals the server's process
     group only when the server itself won't exit, so a server that exits on EOF can leave its
     own children (npx -> node, shells) behind."""
-    import psutil
-
     ended = 0
     for proc in psutil.process_iter():
         try:

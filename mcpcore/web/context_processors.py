@@ -2,6 +2,8 @@
 
 from django.http import HttpRequest
 
+from .live import badge_text, pending_count
+
 
 def pending_badge(request: HttpRequest) -> dict:
     """`pending_badge` is counted only when a template shows it (sign-in page: never)."""
@@ -10,8 +12,6 @@ def pending_badge(request: HttpRequest) -> dict:
         return {}
 
     def badge() -> str:
-        from .live import badge_text, pending_count
-
         return badge_text(pending_count())
 
     return {"pending_badge": badge}

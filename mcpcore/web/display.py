@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from django.conf import settings
 from django.core.validators import URLValidator
+from django.db import connection
 from django.db.models import Prefetch, Q
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
@@ -28,6 +29,7 @@ from ..models import (
     Server,
     Tool,
     ToolCall,
+    ToolPin,
     View,
     transport_of,
 )
@@ -402,8 +404,6 @@ def tool_parts(rows, text: str) -> list | None:
 
 def _tool_names(limit: int) -> list[str] | None:
     """Every distinct tool name in the history, or None when there are more than `limit`."""
-    from django.db import connection
-
     table, column = ToolCall._meta.db_table, "tool_name"
     sql = (
         f"WITH RECURSIVE names(n) AS (SELECT MIN({column}) FROM {table} UNION ALL "
@@ -563,8 +563,6 @@ def _sorted_json(value) -> str:
 
 def definition_changes(tools: list) -> dict[str, dict]:
     """For each changed tool: its pin's time and the description and schema diffs."""
-    from ..models import ToolPin
-
     pins = {
         p.registered_name: p
         for p in ToolPin.objects.filter(registered_name__in=[t.registered_name for t in tools])

@@ -9,7 +9,7 @@ from django import forms
 
 from .. import files, schemas, serverconfig
 from ..choices import HISTORY_KINDS, AuditAction, CallDecision, CallStatus, TokenRole, Transport
-from ..models import SECRET_MASK, View
+from ..models import SECRET_MASK, View, transport_of
 
 TRANSPORT_CHOICES = [
     (Transport.STDIO, "stdio (a command)"),
@@ -176,7 +176,6 @@ class ServerForm(forms.Form):
         env = env if isinstance(env, dict) else {}
         headers = headers if isinstance(headers, dict) else {}
         args = args if isinstance(args, list) else []
-        from ..models import transport_of
 
         sandbox = config.get("sandbox")
         walls = sandbox if isinstance(sandbox, dict) else {}

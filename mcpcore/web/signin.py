@@ -7,6 +7,7 @@ factor on the Account page."""
 
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.account.forms import LoginForm as AllauthLoginForm
+from allauth.core import context
 from allauth.mfa.adapter import DefaultMFAAdapter
 from allauth.mfa.base.forms import AuthenticateForm as AllauthAuthenticateForm
 from allauth.mfa.models import Authenticator
@@ -112,8 +113,6 @@ class AuthenticateForm(AllauthAuthenticateForm):
     failed sign-in (axes counts it, and locks the pair at the limit)."""
 
     def clean_code(self) -> str:
-        from allauth.core import context
-
         request = context.request
         credentials = {"username": self.user.get_username()}
         if AxesProxyHandler.is_locked(request, credentials):

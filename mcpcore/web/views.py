@@ -20,6 +20,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.db.models.functions import Substr
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -30,6 +31,7 @@ from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
+from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
 from .. import (
@@ -79,6 +81,10 @@ from .forms import (
 
 if TYPE_CHECKING:
     pass
+
+from allauth.mfa.models import Authenticator
+from allauth.usersessions.adapter import get_adapter
+from allauth.usersessions.models import UserSession
 
 from .display import (
     RESULT_HEAD,
@@ -195,11 +201,10 @@ def _back(request: HtmxRequest, default: str, *args) -> HttpResponse:
 
 def _go(request: HtmxRequest, url: str) -> HttpResponse:
     """Send the browser to `url`: a redirect, or for htmx (the buttons of rows and panels the
-    live socket re-rendered, which carry the CSRF token in the body's headers) `HX-Redirect`."""
+    live socket re-rendered, which carry the CSRF token in the body's headers) `HX-Redirect`,
+    with no content (204) as there is nothing to swap."""
     if request.htmx:
-        response = HttpResponse(status=204)
-        response["HX-Redirect"] = url
-        return response
+        return HttpResponseClientRedirect(url, status=204)
     return redirect(url)
 
 
@@ -989,22 +994,24 @@ def app_allow(request: HttpRequest) -> HttpResponse:
         picked = [v for v in all_views if v.name in chosen]
         by = audit.by(request)
         # The grant this one replaces: its token's pending calls end as a revoked token's do.
-        ended = [
-            call_id
-            for earlier in grants.earlier_grants(client, request.user)  # type: ignore[arg-type]
-            for call_id in calls.revoke_token(earlier.token_id, by)[1]
-        ]
-        _grant, code = grants.allow(
-            client,
-            request.user,  # type: ignore[arg-type]
-            fields["resource"],
-            picked,
-            redirect_uri=fields["redirect_uri"],
-            redirect_uri_explicit=fields["explicit"],
-            code_challenge=fields["code_challenge"],
-            asked_resource=fields["asked_resource"],
-            by=by,
-        )
+        # One change with the new grant: if that fails, the earlier grant stays in force.
+        with transaction.atomic():
+            ended = [
+                call_id
+                for earlier in grants.earlier_grants(client, request.user)  # type: ignore[arg-type]
+                for call_id in calls.revoke_token(earlier.token_id, by)[1]
+            ]
+            _grant, code = grants.allow(
+                client,
+                request.user,  # type: ignore[arg-type]
+                fields["resource"],
+                picked,
+                redirect_uri=fields["redirect_uri"],
+                redirect_uri_explicit=fields["explicit"],
+                code_challenge=fields["code_challenge"],
+                asked_resource=fields["asked_resource"],
+                by=by,
+            )
         for call_id in ended:
             control.run_to_end(calls.announce, call_id)
         return _to_app(fields["redirect_uri"], code=code, state=fields["state"])
@@ -1152,9 +1159,6 @@ def audit_page(request: HtmxRequest) -> HttpResponse:
 def account(request: HtmxRequest) -> HttpResponse:
     """The person's own page: their second factors (added and removed on allauth's pages), the
     password change, and their sessions with `Sign out` for each."""
-    from allauth.mfa.models import Authenticator
-    from allauth.usersessions.models import UserSession
-
     kinds = set(Authenticator.objects.filter(user=request.user).values_list("type", flat=True))
     sessions = sorted(
         UserSession.objects.purge_and_list(request.user),
@@ -1175,9 +1179,6 @@ def account(request: HtmxRequest) -> HttpResponse:
 def session_sign_out(request: HtmxRequest, pk: int) -> HttpResponse:
     """End one of the person's own sessions (another browser, say), through allauth's adapter
     (`signin.UserSessionsAdapter`, which closes that session's live sockets)."""
-    from allauth.usersessions.adapter import get_adapter
-    from allauth.usersessions.models import UserSession
-
     found = get_object_or_404(UserSession, pk=pk, user=request.user)
     current = found.is_current()
     get_adapter().end_sessions([found])

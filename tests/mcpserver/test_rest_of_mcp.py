@@ -8,7 +8,6 @@ built without a completion handler (`plain`)."""
 import contextlib
 import os
 import sqlite3
-import subprocess
 import sys
 import time
 import uuid
@@ -33,10 +32,9 @@ from tests.live import (
     SERVERS,
     await_until,
     everything_stdio,
-    free_port,
     our_server,
+    over_http,
     signed_in,
-    stop_process,
     wait_until,
 )
 from tests.mcpclients import TsClient, in_thread, mcp_client
@@ -61,26 +59,8 @@ VIEWS = {
 @pytest.fixture(scope="module")
 def b_url():
     """`ui.py --name b` over streamable HTTP, started here as a remote server would be."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVERS / "ui.py"), "--name", "b"],
-        env={**os.environ, "MCP_UI_PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}/mcp"
-
-    def up() -> bool:
-        try:
-            return httpx2.get(url, timeout=1).status_code > 0
-        except httpx2.TransportError:
-            return False
-
-    try:
-        wait_until(up, 30, what="ui.py b listening")
+    with over_http("ui.py", "--name", "b", port_variable="MCP_UI_PORT") as url:
         yield url
-    finally:
-        stop_process(proc)
 
 
 @pytest.fixture(scope="module")

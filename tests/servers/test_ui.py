@@ -3,12 +3,10 @@ console, in both protocol eras over stdio and over streamable HTTP: what it list
 `ui://` page left out), what it reads, completes and refuses, and its notifications."""
 
 import os
-import subprocess
 import sys
 import warnings
 
 import anyio
-import httpx2
 import mcp_types
 import pytest
 from mcp import Client, MCPError
@@ -16,7 +14,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ResourceUpdated
 from mcp_types import PromptReference, ResourceTemplateReference
 
-from tests.live import SERVERS, await_until, free_port, stop_process, wait_until
+from tests.live import SERVERS, await_until, over_http
 
 ERAS = ["legacy", "auto"]  # the 2025-11-25 handshake, and 2026-07-28 (what auto picks here)
 
@@ -141,22 +139,7 @@ def test_it_tells_a_2026_listener_what_changed():
 
 
 def test_it_serves_streamable_http_with_a_configured_shared_uri():
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVERS / "ui.py"), "--name", "b", "--shared", "test://elsewhere"],
-        env={**os.environ, "MCP_UI_PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}/mcp"
-
-    def up() -> bool:
-        try:
-            return httpx2.get(url, timeout=1).status_code > 0
-        except httpx2.TransportError:
-            return False
-
-    async def scenario(mode):
+    async def scenario(url, mode):
         with anyio.fail_after(30):
             async with Client(url, mode=mode) as client:
                 uris = [r.uri for r in (await client.list_resources()).resources]
@@ -164,9 +147,8 @@ def test_it_serves_streamable_http_with_a_configured_shared_uri():
                 assert (await client.read_resource("test://elsewhere")).contents[0].text == "shared from b"
                 assert (await client.call_tool("whoami", {})).content[0].text == "b"
 
-    try:
-        wait_until(up, 20, what="ui.py listening")
+    with over_http(
+        "ui.py", "--name", "b", "--shared", "test://elsewhere", port_variable="MCP_UI_PORT"
+    ) as url:
         for mode in ERAS:
-            anyio.run(scenario, mode)
-    finally:
-        stop_process(proc)
+            anyio.run(scenario, url, mode)

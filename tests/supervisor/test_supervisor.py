@@ -18,6 +18,7 @@ from tests.live import (
     everything_stdio,
     free_port,
     our_server,
+    over_http,
     server_pids,
     wait_until,
 )
@@ -194,6 +195,27 @@ def test_it_sends_expanded_headers_over_http_and_sse(console, echo_http):
     assert "${ECHO_TOKEN}" in (c.home / "mcp.json").read_text()
     shown = c.get("/v1/mcp").json()["servers"]["web"]["headers"]
     assert shown == {"Authorization": "********", "X-Team": "********"}
+
+
+@pytest.fixture
+def headers_http():
+    """tests/servers/headers.py over streamable HTTP (set up before `console`, so it stops
+    after the console)."""
+    with over_http("headers.py", port_variable="MCP_HEADERS_PORT") as url:
+        yield url
+
+
+def test_it_lists_a_tool_again_when_the_server_refuses_its_stale_headers(headers_http, console):
+    """A 2026-07-28 server that renamed a tool's `Mcp-Param-*` header without a list_changed
+    refuses the next call with HEADER_MISMATCH: the console lists the tools again and sends
+    the same call once more (SEP-2243's recovery, as the SDK's `Client.call_tool` does it)."""
+    c = console({"h": {"type": "http", "url": headers_http}}, AGENVOY_POLL_SECONDS=3600)
+    assert c.wait_connected("h")["h"]["protocol"] == "2026-07-28"
+    r = c.call("mcp__h__fetch", {"region": "eu"}, mode="auto")
+    assert (r.json()["status"], r.json()["result"]) == ("done", "fetched for eu"), r.text
+    assert c.call("mcp__h__rename", {}, mode="auto").json()["result"] == "renamed"
+    r = c.call("mcp__h__fetch", {"region": "us"}, mode="auto")
+    assert (r.json()["status"], r.json()["result"]) == ("done", "fetched for us"), r.text
 
 
 def test_it_renews_the_session_when_the_server_process_is_killed(console):

@@ -79,3 +79,31 @@ def test_it_never_lets_the_allow_page_be_framed(signed_in, user, settings):
     assert r["X-Frame-Options"] == "DENY"
     assert "frame-ancestors 'none'" in r["Content-Security-Policy"]
     assert r["Cache-Control"] == "no-store"
+
+
+def test_it_keeps_the_earlier_grant_when_allowing_an_app_again_fails(signed_in, user, monkeypatch):
+    """Allowing an app again replaces the person's earlier grant: its revocation and the new
+    grant are one change, so a new grant that cannot be written leaves the earlier one (and its
+    token) in force instead of the app with none."""
+    earlier = allowed(user)
+    request = grants.sign_request(
+        {
+            "client_id": earlier.client.client_id,
+            "redirect_uri": "https://app.example/cb",
+            "explicit": True,
+            "code_challenge": "c" * 43,
+            "state": "s",
+            "resource": "/mcp",
+            "asked_resource": "",
+        }
+    )
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("the new grant could not be written")
+
+    monkeypatch.setattr(grants, "allow", failing)
+    with pytest.raises(RuntimeError):
+        signed_in.post("/apps/allow/", {"request": request, "decision": "allow"})
+    earlier.refresh_from_db()
+    assert earlier.revoked_at is None
+    assert ApiToken.objects.get(pk=earlier.token_id).revoked_at is None

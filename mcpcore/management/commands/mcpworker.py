@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ...runtime import Runtime
 from ...supervisor import Supervisor
+from .serve import tune_gil
 
 
 class Command(BaseCommand):
@@ -17,7 +18,6 @@ class Command(BaseCommand):
     def handle(self, name, **options):
         if not settings.REDIS_URL:
             raise CommandError("mcpworker needs REDIS_URL: workers reach web processes through Redis")
-        from .serve import tune_gil
 
         tune_gil()
         supervisor = Supervisor(exclusive=False, name=name)

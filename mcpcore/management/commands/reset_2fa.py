@@ -1,5 +1,9 @@
+from allauth.mfa.models import Authenticator
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+
+from mcpcore import audit
+from mcpcore.choices import AuditAction
 
 KIND_NAMES = {"totp": "authenticator app", "webauthn": "passkey", "recovery_codes": "recovery codes"}
 
@@ -11,11 +15,6 @@ class Command(BaseCommand):
         parser.add_argument("username")
 
     def handle(self, username, **options):
-        from allauth.mfa.models import Authenticator
-
-        from mcpcore import audit
-        from mcpcore.choices import AuditAction
-
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no such user: {username}")

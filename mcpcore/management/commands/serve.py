@@ -5,6 +5,8 @@ import asyncio
 import sys
 
 import daphne.http_protocol
+from django.conf import settings
+from django.core.asgi import get_asgi_application
 from django.core.management.base import BaseCommand
 from twisted.internet import defer, reactor
 
@@ -49,9 +51,6 @@ daphne.http_protocol.WebRequest = WebRequest
 
 
 def run_embedded(host_addr: str, port: int, stdout=None) -> None:
-    from django.conf import settings
-    from django.core.asgi import get_asgi_application
-
     # Alone on the in-memory layer it owns every server; beside other workers (Redis) it
     # is one worker among them.
     runtime = Runtime(Supervisor(exclusive=not settings.REDIS_URL))

@@ -1,4 +1,4 @@
-"""Questions servers ask during a call (SPEC 20.4), through `mcpcore.questions`: asked or
+"""Questions servers ask during a call (SPEC 20.4), through `mcpcore.calls.questions`: asked or
 pending, answered in 12.1's order, expired, relayed, cancelled with their call, and waited on."""
 
 import asyncio
