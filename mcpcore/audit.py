@@ -16,6 +16,7 @@ import ipaddress
 from collections import Counter
 from typing import Any, NamedTuple
 
+from allauth.account.authentication import get_authentication_records
 from django.conf import settings
 from django.http import HttpRequest
 
@@ -172,11 +173,30 @@ def record_lines(
 # --- the audit trail of signing in (SPEC 22.2) ------------------------------------------------
 
 
+# allauth's session record of how a person signed in: through the identity provider (SPEC 23.2).
+SSO_METHOD = "socialaccount"
+
+
+def through_provider(request: HttpRequest) -> bool:
+    """Whether this session's last sign-in was through the identity provider."""
+    records = get_authentication_records(request)
+    return bool(records) and records[-1].get("method") == SSO_METHOD
+
+
 def _signed_in(sender, request, user, **kwargs) -> None:
-    if request is None or request.method != "POST":
+    if request is None:
+        return
+    sso = through_provider(request)
+    if request.method != "POST" and not sso:
         return  # a session made in code (a test client's force_login), not a person signing in
     who = user.get_username()
-    record(AuditAction.SIGNIN_OK, who, actor=who, address=address_of(request) if request is not None else "")
+    record(
+        AuditAction.SIGNIN_OK,
+        who,
+        actor=who,
+        address=address_of(request),
+        after={"via": "sso"} if sso else None,
+    )
 
 
 def _failed(sender, credentials, request=None, **kwargs) -> None:
