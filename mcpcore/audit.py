@@ -177,16 +177,16 @@ def record_lines(
 SSO_METHOD = "socialaccount"
 
 
-def through_provider(request: HttpRequest) -> bool:
-    """Whether this session's last sign-in was through the identity provider."""
-    records = get_authentication_records(request)
+def through_provider(request: HttpRequest, user) -> bool:
+    """Whether `user`'s last sign-in in this session was through the identity provider."""
+    records = get_authentication_records(request, user)
     return bool(records) and records[-1].get("method") == SSO_METHOD
 
 
 def _signed_in(sender, request, user, **kwargs) -> None:
     if request is None:
         return
-    sso = through_provider(request)
+    sso = through_provider(request, user)
     if request.method != "POST" and not sso:
         return  # a session made in code (a test client's force_login), not a person signing in
     who = user.get_username()

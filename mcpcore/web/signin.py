@@ -187,4 +187,4 @@ class RequireSecondFactor:
         user = getattr(request, "user", None)
         if user is None or not user.is_authenticated or request.path.startswith(_OPEN_PREFIXES):
             return False
-        return not audit.through_provider(request) and not has_second_factor(user)
+        return not audit.through_provider(request, user) and not has_second_factor(user)
