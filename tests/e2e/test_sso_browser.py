@@ -134,13 +134,18 @@ def sso_sign_in(browser, console, sub: str) -> Page:
     page = context.new_page()
     page.goto("/login/")
     page.get_by_role("button", name="Sign in with Team SSO").click()
+    at_the_provider(page, console, sub)
+    return page
+
+
+def at_the_provider(page: Page, console, sub: str) -> None:
+    """The provider's development login (any password) and consent, and back to `console`."""
     expect(page).to_have_url(re.compile(r"^http://127\.0\.0\.1:\d+/interaction/"))
     page.locator("input[name=login]").fill(sub)
     page.locator("input[name=password]").fill("any password: the provider's development login")
     page.get_by_role("button", name="Sign-in").click()
     page.get_by_role("button", name="Continue").click()  # the provider's consent
     expect(page).to_have_url(re.compile("^" + re.escape(console.url)))
-    return page
 
 
 def person(console, username: str) -> tuple:
@@ -233,6 +238,28 @@ def test_it_never_joins_the_identity_to_an_existing_person_with_its_email(browse
         PASSWORD_USER,
     ) == [(0,)]
     page.context.close()
+
+
+def test_it_refuses_to_connect_an_identity_to_the_person_signed_in(browser, mapped, provider):
+    # allauth's "connect" process would join the identity to the person signed in: an existing
+    # person (here one with a password), which SPEC 23.2 forbids.
+    provider.account("carol-connect", ["platform"], email="carol@example.com", username="carol-connect")
+    context = new_context(browser, viewport=DESKTOP, base_url=mapped.url)
+    page = context.new_page()
+    page.goto("/login/")
+    page.get_by_label("Username").fill(PASSWORD_USER)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in", exact=True).click(timeout=90_000)
+    expect(page.get_by_role("heading", name="Account")).to_be_visible()  # held: AGENVOY_REQUIRE_2FA
+    page.goto("/accounts/oidc/sso/login/?process=connect")
+    page.get_by_role("button", name="Continue").click()
+    at_the_provider(page, mapped, "carol-connect")
+    expect(page.get_by_role("alert")).to_have_text("A provider identity is not joined to an existing person.")
+    assert db_rows(
+        mapped, "select count(*) from socialaccount_socialaccount where uid = 'carol-connect'"
+    ) == [(0,)]
+    assert db_rows(mapped, "select count(*) from auth_user where username like 'carol-connect%'") == [(0,)]
+    context.close()
 
 
 def test_it_refuses_a_deactivated_person(browser, mapped, provider):
