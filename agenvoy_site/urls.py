@@ -9,38 +9,48 @@ from mcpcore.api.ops import metrics_view
 from mcpcore.web import signin, views
 
 
-def _without(patterns: list, unwanted) -> list:
-    """allauth's URLs less those whose name `unwanted(name)` says, at any depth. Not routed,
-    their names do not resolve either, and allauth's pages then offer no link to them."""
+def _routed(patterns: list, change) -> list:
+    """allauth's URLs at any depth, each named one as `change(pattern)` says: itself, another
+    pattern in its place, or None (not routed: its name does not resolve either, and allauth's
+    pages then offer no link to it)."""
     kept: list = []
     for p in patterns:
         if isinstance(p, URLResolver):
             kept.append(
                 URLResolver(
-                    p.pattern, _without(p.url_patterns, unwanted), p.default_kwargs, p.app_name, p.namespace
+                    p.pattern, _routed(p.url_patterns, change), p.default_kwargs, p.app_name, p.namespace
                 )
             )
-        elif not (isinstance(p, URLPattern) and p.name and unwanted(p.name)):
+        elif not (isinstance(p, URLPattern) and p.name):
+            kept.append(p)
+        elif (p := change(p)) is not None:
             kept.append(p)
     return kept
 
 
-def _password_reset(name: str) -> bool:
-    """The password-reset pages mail the person: they exist only when the console has a mail
-    server (AGENVOY_SMTP_URL, settings.AGENVOY_MAIL); without, no "Forgot your password?" link."""
-    return "password_reset" in name or "reset_password" in name
-
-
 # Single sign-on makes the provider's people at their first sign-in and never joins an identity
 # to a person already there (SPEC 23.2): allauth's sign-up form for them and its page that
-# connects an identity to the signed-in person are not routed. The same holds for its URLs
-# kept under an older name (`social/...`), which only redirect to these.
+# connects an identity to the signed-in person are not routed. Its URLs kept under an older
+# name (`social/...`) only redirect to pages of its own: not routed either.
 _SOCIAL_UNWANTED = {"socialaccount_signup", "socialaccount_connections"}
 
-_allauth = _without(allauth_urls.urlpatterns, lambda name: name in _SOCIAL_UNWANTED)
-_allauth = [p for p in _allauth if not str(p.pattern).startswith("social/")]
-if not settings.AGENVOY_MAIL:
-    _allauth = _without(_allauth, _password_reset)
+
+def _console_terms(p: URLPattern) -> URLPattern | None:
+    name = p.name or ""
+    if name in _SOCIAL_UNWANTED:
+        return None
+    if name == "account_login":  # allauth's own address of the sign-in page: the same refusals
+        return path(str(p.pattern), signin.login, name=name)
+    # The password-reset pages mail the person: they exist only when the console has a mail
+    # server (AGENVOY_SMTP_URL, settings.AGENVOY_MAIL); without, no "Forgot your password?" link.
+    if not settings.AGENVOY_MAIL and ("password_reset" in name or "reset_password" in name):
+        return None
+    return p
+
+
+_allauth = [
+    p for p in _routed(allauth_urls.urlpatterns, _console_terms) if not str(p.pattern).startswith("social/")
+]
 
 urlpatterns = [
     # What MCP clients probe (SPEC 17.4): JSON 404s, never an HTML page. The OAuth metadata the
@@ -60,7 +70,6 @@ urlpatterns = [
     # Signing in is allauth's (SPEC 22.1) at the console's own addresses; its other pages
     # (second factors, password, sessions) under accounts/, reached from the Account page.
     path("login/", signin.login, name="login"),
-    path("accounts/login/", signin.login),  # allauth's own address for it: the same refusals
     path("logout/", account_views.logout, name="logout"),
     path("accounts/", include(_allauth)),
     path("", include("mcpcore.web.urls")),
