@@ -506,6 +506,9 @@ if not AGENVOY_PASSWORD_SIGNIN and not AGENVOY_OIDC_ISSUER:
     raise ImproperlyConfigured(
         "AGENVOY_PASSWORD_SIGNIN=0 needs AGENVOY_OIDC_ISSUER (else nobody can sign in)"
     )
+# allauth builds the redirect URI from the request's host; behind a TLS proxy the request itself
+# may say http: the public address's scheme is the one registered at the provider.
+ACCOUNT_DEFAULT_HTTP_PROTOCOL = "https" if SESSION_COOKIE_SECURE else "http"
 SOCIALACCOUNT_ADAPTER = "mcpcore.web.sso.SocialAccountAdapter"
 SOCIALACCOUNT_PROVIDERS: dict = {"openid_connect": {"OAUTH_PKCE_ENABLED": True, "APPS": []}}
 if AGENVOY_OIDC_ISSUER:
