@@ -18,6 +18,7 @@ import httpx2
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.e2e import a11y
 from tests.e2e.browser import DESKTOP, console_with_user, new_context
 from tests.live import ROOT, db_rows, free_port, stop_process, wait_until
 
@@ -27,6 +28,7 @@ CALLBACK = "/accounts/oidc/sso/login/callback/"
 CLIENT_ID, CLIENT_SECRET = "agenvoy-console", "oidc-client-secret-e2e"
 ROLES = "admin:platform;approver:ops,oncall;viewer:staff"
 PASSWORD_USER, PASSWORD = "carol", "carol-password-23"
+PROBLEMS: list[str] = []  # axe-core, the headers and the Tab walk, per page (a11y.check)
 
 
 class Provider:
@@ -133,6 +135,7 @@ def sso_sign_in(browser, console, sub: str) -> Page:
     context = new_context(browser, viewport=DESKTOP, base_url=console.url)
     page = context.new_page()
     page.goto("/login/")
+    PROBLEMS.extend(a11y.check(page, f"sign-in with a provider ({console.url})"))
     page.get_by_role("button", name="Sign in with Team SSO").click()
     at_the_provider(page, console, sub)
     return page
@@ -210,6 +213,7 @@ def test_it_refuses_a_person_with_no_role(browser, mapped, provider):
     provider.account("bob", ["guests"])
     page = sso_sign_in(browser, mapped, "bob")
     expect(page.get_by_role("alert")).to_have_text("bob@example.com has no role in this console.")
+    PROBLEMS.extend(a11y.check(page, "sign-in refused (no role)"))
     assert db_rows(mapped, "select count(*) from auth_user where email = 'bob@example.com'") == [(0,)]
     assert audit_rows(mapped, "signin.failed", "bob@example.com") == [{"via": "sso", "reason": "no role"}]
     page.goto("/history/")
@@ -324,3 +328,7 @@ def test_with_password_sign_in_off_there_is_no_form_and_a_password_gets_403(brow
             assert r.status_code == 403, (path, r.status_code)
             assert "Password sign-in is turned off here" in r.text
         assert web.get("/history/").status_code == 302  # still not signed in
+
+
+def test_it_found_no_serious_problem_on_the_sign_in_pages():
+    assert not PROBLEMS, "\n".join(PROBLEMS)
