@@ -266,6 +266,9 @@ INSTALLED_APPS = [
     "allauth.account",
     "allauth.mfa",
     "allauth.usersessions",
+    # Single sign-on (SPEC 23.2): one OpenID Connect app, id `sso`.
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
 ]
 
 MIDDLEWARE = [
@@ -298,6 +301,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "mcpcore.web.context_processors.pending_badge",
+                "mcpcore.web.context_processors.sign_on",
             ],
         },
     },
@@ -387,6 +391,9 @@ AGENVOY_SIGNIN_LOCK_MINUTES = _positive_int("AGENVOY_SIGNIN_LOCK_MINUTES", 15)
 # Proxies whose X-Forwarded-For names the client (CIDRs; default none: the peer is the client).
 AGENVOY_TRUSTED_PROXIES = _networks("AGENVOY_TRUSTED_PROXIES")
 AGENVOY_REQUIRE_2FA = _bool("AGENVOY_REQUIRE_2FA", False)
+# 0: people sign in through the identity provider only (SPEC 23.2): no password form, and a
+# password posted is refused with 403.
+AGENVOY_PASSWORD_SIGNIN = _bool("AGENVOY_PASSWORD_SIGNIN", True)
 AXES_FAILURE_LIMIT = AGENVOY_SIGNIN_ATTEMPTS
 AXES_COOLOFF_TIME = datetime.timedelta(minutes=AGENVOY_SIGNIN_LOCK_MINUTES)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
@@ -409,7 +416,9 @@ ACCOUNT_RATE_LIMITS = {"login": None, "login_failed": None, "reset_password": "2
 MFA_SUPPORTED_TYPES = ["totp", "webauthn", "recovery_codes"]
 MFA_FORMS = {"authenticate": "mcpcore.web.signin.AuthenticateForm"}
 MFA_ADAPTER = "mcpcore.web.signin.MFAAdapter"
-MFA_PASSKEY_LOGIN_ENABLED = True
+# With AGENVOY_PASSWORD_SIGNIN=0 people sign in through the provider only (SPEC 23.2): a passkey
+# alone would get round it, so passkey sign-in goes with the password (a second factor stays).
+MFA_PASSKEY_LOGIN_ENABLED = AGENVOY_PASSWORD_SIGNIN
 # Showing the recovery codes, adding or removing a factor: allauth's reauthentication first (the
 # password or a factor again, good for ACCOUNT_REAUTHENTICATION_TIMEOUT, 5 minutes), so a
 # session left open or taken cannot read the codes or swap the factors.
@@ -420,6 +429,110 @@ MFA_RECOVERY_CODE_COUNT = 10
 MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = not SESSION_COOKIE_SECURE
 USERSESSIONS_TRACK_ACTIVITY = True
 USERSESSIONS_ADAPTER = "mcpcore.web.signin.UserSessionsAdapter"
+
+# --- single sign-on (SPEC 23.2; mcpcore.web.sso) ------------------------------------------------
+# allauth's `openid_connect` provider, one app whose id is `sso`: discovery, the code flow with
+# PKCE and state, and the ID token's checks are allauth's. Its discovery is tried at sign-in,
+# not here: an identity provider down at start-up is no bad setting.
+AGENVOY_OIDC_ISSUER = os.environ.get("AGENVOY_OIDC_ISSUER", "").strip().rstrip("/")
+AGENVOY_OIDC_CLIENT_ID = os.environ.get("AGENVOY_OIDC_CLIENT_ID", "").strip()
+AGENVOY_OIDC_NAME = os.environ.get("AGENVOY_OIDC_NAME", "").strip() or "SSO"
+AGENVOY_OIDC_GROUPS_CLAIM = os.environ.get("AGENVOY_OIDC_GROUPS_CLAIM", "").strip() or "groups"
+AGENVOY_OIDC_SCOPES = (os.environ.get("AGENVOY_OIDC_SCOPES", "").strip() or "openid email profile").split()
+AGENVOY_OIDC_REDIRECT_URI = f"{AGENVOY_PUBLIC_URL}/accounts/oidc/sso/login/callback/"
+
+
+def _issuer(name: str, url: str) -> str:
+    """An `https` issuer, or `http` on a loopback address (a provider on the same machine)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        parts = None
+    host = (parts.hostname or "") if parts else ""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if parts is None or not host or not (parts.scheme == "https" or (parts.scheme == "http" and loopback)):
+        raise ImproperlyConfigured(
+            f"{name} must be an https:// address (http:// only on loopback), got {url!r}"
+        )
+    if parts.query or parts.fragment:
+        raise ImproperlyConfigured(f"{name} must be the issuer's address without ? or #, got {url!r}")
+    return url
+
+
+def _oidc_roles(name: str) -> list[tuple[str, frozenset[str]]]:
+    """`admin:platform;approver:ops,oncall;viewer:*` as [(role, its groups)], highest role first
+    (the order a sign-in tries them in); `*` is anyone the provider signs in. Empty: unset."""
+    from mcpcore.choices import PersonRole
+
+    raw = os.environ.get(name, "").strip()
+    found: dict[str, frozenset[str]] = {}
+    for entry in (e.strip() for e in raw.split(";")):
+        if not entry:
+            continue
+        role, colon, groups = (p.strip() for p in entry.partition(":"))
+        names = frozenset(g.strip() for g in groups.split(",") if g.strip())
+        if not colon or role not in PersonRole.values or not names or role in found:
+            raise ImproperlyConfigured(
+                f"{name} must be role:group,group;... with each role (admin, approver, viewer) once, "
+                f"e.g. admin:platform;approver:ops,oncall;viewer:*, got {raw!r}"
+            )
+        found[role] = names
+    return [(role, found[role]) for role in PersonRole.values if role in found]
+
+
+AGENVOY_OIDC_ROLES = _oidc_roles("AGENVOY_OIDC_ROLES")
+if AGENVOY_OIDC_ISSUER:
+    _issuer("AGENVOY_OIDC_ISSUER", AGENVOY_OIDC_ISSUER)
+    if not AGENVOY_OIDC_CLIENT_ID:
+        raise ImproperlyConfigured("AGENVOY_OIDC_CLIENT_ID must be set with AGENVOY_OIDC_ISSUER")
+elif AGENVOY_OIDC_CLIENT_ID:
+    raise ImproperlyConfigured("AGENVOY_OIDC_ISSUER must be set with AGENVOY_OIDC_CLIENT_ID")
+if "openid" not in AGENVOY_OIDC_SCOPES:
+    raise ImproperlyConfigured(
+        f"AGENVOY_OIDC_SCOPES must include openid, got {' '.join(AGENVOY_OIDC_SCOPES)!r}"
+    )
+if not AGENVOY_PASSWORD_SIGNIN and not AGENVOY_OIDC_ISSUER:
+    # Nobody could sign in at all.
+    raise ImproperlyConfigured(
+        "AGENVOY_PASSWORD_SIGNIN=0 needs AGENVOY_OIDC_ISSUER (else nobody can sign in)"
+    )
+# allauth builds the redirect URI from the request's host; behind a TLS proxy the request itself
+# may say http: the public address's scheme is the one registered at the provider.
+ACCOUNT_DEFAULT_HTTP_PROTOCOL = "https" if SESSION_COOKIE_SECURE else "http"
+SOCIALACCOUNT_ADAPTER = "mcpcore.web.sso.SocialAccountAdapter"
+SOCIALACCOUNT_PROVIDERS: dict = {"openid_connect": {"OAUTH_PKCE_ENABLED": True, "APPS": []}}
+if AGENVOY_OIDC_ISSUER:
+    SOCIALACCOUNT_PROVIDERS["openid_connect"]["APPS"] = [
+        {
+            "provider_id": "sso",
+            "name": AGENVOY_OIDC_NAME,
+            "client_id": AGENVOY_OIDC_CLIENT_ID,
+            # Empty: a public client (PKCE alone); the secret is read here only, never shown.
+            "secret": os.environ.get("AGENVOY_OIDC_CLIENT_SECRET", "").strip(),
+            "settings": {
+                "server_url": AGENVOY_OIDC_ISSUER,
+                "oauth_pkce_enabled": True,
+                "scope": AGENVOY_OIDC_SCOPES,
+            },
+        }
+    ]
+# Every sign-in through the provider makes or finds the one person of its `sub`: no sign-up
+# form, never an existing person found by email (SPEC 23.2), so two people may share an email.
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = False
+SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_QUERY_EMAIL = False
+SOCIALACCOUNT_STORE_TOKENS = False
+SOCIALACCOUNT_LOGIN_ON_GET = False
+ACCOUNT_UNIQUE_EMAIL = False
 
 
 def _smtp(name: str) -> tuple[str, str, int, str, str]:

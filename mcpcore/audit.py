@@ -16,6 +16,7 @@ import ipaddress
 from collections import Counter
 from typing import Any, NamedTuple
 
+from allauth.account.authentication import get_authentication_records
 from allauth.mfa import signals as mfa_signals
 from axes.signals import user_locked_out
 from django.conf import settings
@@ -175,11 +176,30 @@ def record_lines(
 # --- the audit trail of signing in (SPEC 22.2) ------------------------------------------------
 
 
+# allauth's session record of how a person signed in: through the identity provider (SPEC 23.2).
+SSO_METHOD = "socialaccount"
+
+
+def through_provider(request: HttpRequest, user) -> bool:
+    """Whether `user`'s last sign-in in this session was through the identity provider."""
+    records = get_authentication_records(request, user)
+    return bool(records) and records[-1].get("method") == SSO_METHOD
+
+
 def _signed_in(sender, request, user, **kwargs) -> None:
-    if request is None or request.method != "POST":
+    if request is None:
+        return
+    sso = through_provider(request, user)
+    if request.method != "POST" and not sso:
         return  # a session made in code (a test client's force_login), not a person signing in
     who = user.get_username()
-    record(AuditAction.SIGNIN_OK, who, actor=who, address=address_of(request) if request is not None else "")
+    record(
+        AuditAction.SIGNIN_OK,
+        who,
+        actor=who,
+        address=address_of(request),
+        after={"via": "sso"} if sso else None,
+    )
 
 
 def _failed(sender, credentials, request=None, **kwargs) -> None:

@@ -59,6 +59,17 @@ BAD = [
     ("AGENVOY_SMTP_URL", "mail.example"),
     ("AGENVOY_SMTP_URL", "smtp://user:pw@mail.example:port"),
     ("AGENVOY_SANDBOX", "some"),
+    # Single sign-on (SPEC 23.2): the roles' shape, the issuer's scheme, what must come together.
+    ("AGENVOY_OIDC_ROLES", "boss:platform"),
+    ("AGENVOY_OIDC_ROLES", "admin"),
+    ("AGENVOY_OIDC_ROLES", "admin:;viewer:*"),
+    ("AGENVOY_OIDC_ROLES", "admin:a;admin:b"),
+    ("AGENVOY_OIDC_ISSUER", "http://idp.example"),
+    ("AGENVOY_OIDC_ISSUER", "idp.example"),
+    ("AGENVOY_OIDC_ISSUER", "https://idp.example"),  # without AGENVOY_OIDC_CLIENT_ID
+    ("AGENVOY_OIDC_CLIENT_ID", "console"),  # without AGENVOY_OIDC_ISSUER
+    ("AGENVOY_PASSWORD_SIGNIN", "maybe"),
+    ("AGENVOY_PASSWORD_SIGNIN", "0"),  # without AGENVOY_OIDC_ISSUER: nobody could sign in
 ]
 GOOD = {
     "AGENVOY_POLL_SECONDS": "1.5",
@@ -90,6 +101,15 @@ GOOD = {
     "AGENVOY_OAUTH_ALLOW_PRIVATE": "1",
     "AGENVOY_METRICS_ALLOW": "127.0.0.1/32, 10.0.0.0/8,::1",
     "AGENVOY_SMTP_URL": "smtp+tls://me%40example.com:pw@mail.example:587",
+    # Nothing answers there: a provider that is down is tried at sign-in, not at start-up.
+    "AGENVOY_OIDC_ISSUER": "http://127.0.0.1:9/realms/team/",
+    "AGENVOY_OIDC_CLIENT_ID": "console",
+    "AGENVOY_OIDC_CLIENT_SECRET": "",
+    "AGENVOY_OIDC_NAME": "Keycloak",
+    "AGENVOY_OIDC_SCOPES": "openid email profile groups",
+    "AGENVOY_OIDC_GROUPS_CLAIM": "roles",
+    "AGENVOY_OIDC_ROLES": " admin:platform ; approver:ops,oncall;viewer:* ",
+    "AGENVOY_PASSWORD_SIGNIN": "0",
 }
 
 
@@ -215,3 +235,26 @@ def test_it_keeps_the_mail_servers_password_out_of_the_settings_shown(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "'AGENVOY_MAIL': True" in r.stdout
     assert "mail-pw-7f3a9c" not in r.stdout
+
+
+def test_it_stops_serve_on_a_bad_sign_on_setting_naming_the_variable(tmp_path):
+    # `serve` itself, not only `check`: the operator's command refuses to start.
+    env = _clean_env(tmp_path) | {"AGENVOY_OIDC_ISSUER": "http://idp.example", "AGENVOY_OIDC_CLIENT_ID": "c"}
+    r = _manage(env, 60, "serve", "--port", "0")
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert "AGENVOY_OIDC_ISSUER" in lines[-1], r.stderr
+    assert "http://idp.example" in lines[-1]
+
+
+def test_it_keeps_the_sign_on_client_secret_out_of_the_settings_shown(tmp_path):
+    env = _clean_env(tmp_path) | {
+        "AGENVOY_OIDC_ISSUER": "https://idp.example",
+        "AGENVOY_OIDC_CLIENT_ID": "console",
+        "AGENVOY_OIDC_CLIENT_SECRET": "oidc-secret-5be1d0",
+    }
+    shown = "from django.views.debug import SafeExceptionReporterFilter as F; print(F().get_safe_settings())"
+    r = _manage(env, 60, "shell", "-c", shown)
+    assert r.returncode == 0, r.stderr
+    assert "'client_id': 'console'" in r.stdout
+    assert "oidc-secret-5be1d0" not in r.stdout

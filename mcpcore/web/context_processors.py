@@ -1,5 +1,7 @@
-"""Template context every page needs: the pending-confirmations badge in the navigation."""
+"""Template context every page needs: the pending-confirmations badge in the navigation, and
+how people sign in (the sign-in page's buttons, the People page's redirect URI line)."""
 
+from django.conf import settings
 from django.http import HttpRequest
 
 from .live import badge_text, pending_count
@@ -15,3 +17,13 @@ def pending_badge(request: HttpRequest) -> dict:
         return badge_text(pending_count())
 
     return {"pending_badge": badge}
+
+
+def sign_on(request: HttpRequest) -> dict:
+    """Single sign-on (SPEC 23.2): the provider's name when one is set (`sso_name`, else ""),
+    the redirect URI to register there, and whether the password form is offered."""
+    return {
+        "sso_name": settings.AGENVOY_OIDC_NAME if settings.AGENVOY_OIDC_ISSUER else "",
+        "sso_redirect_uri": settings.AGENVOY_OIDC_REDIRECT_URI,
+        "password_signin": settings.AGENVOY_PASSWORD_SIGNIN,
+    }

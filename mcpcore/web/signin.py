@@ -3,14 +3,17 @@ console's terms. Failed attempts count per username (whatever its letter case) a
 address; the client address is `audit.address_of`'s (read from the right of `X-Forwarded-For`
 through AGENVOY_TRUSTED_PROXIES); a wrong second-factor code counts as a failed sign-in; a
 locked pair gets the sign-in page with 429. AGENVOY_REQUIRE_2FA keeps a person without a second
-factor on the Account page."""
+factor on the Account page. A sign-in through the identity provider (SPEC 23.2, web/sso.py) is
+asked for neither; AGENVOY_PASSWORD_SIGNIN=0 refuses a password with 403."""
 
+from allauth.account import views as account_views
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.account.forms import LoginForm as AllauthLoginForm
 from allauth.core import context
 from allauth.mfa.adapter import DefaultMFAAdapter
 from allauth.mfa.base.forms import AuthenticateForm as AllauthAuthenticateForm
 from allauth.mfa.models import Authenticator
+from allauth.mfa.stages import AuthenticateStage
 from allauth.usersessions.adapter import DefaultUserSessionsAdapter
 from axes.handlers.proxy import AxesProxyHandler
 from django import forms
@@ -63,6 +66,12 @@ class AccountAdapter(DefaultAccountAdapter):
 
     def get_client_ip(self, request: HttpRequest) -> str:
         return client_address(request) or "0.0.0.0"
+
+    def get_login_stages(self) -> list[str]:
+        """allauth's stages, with the second factor's asked only of the console's own sign-in."""
+        mfa = f"{AuthenticateStage.__module__}.{AuthenticateStage.__qualname__}"
+        ours = f"{SecondFactorStage.__module__}.{SecondFactorStage.__qualname__}"
+        return [ours if stage == mfa else stage for stage in super().get_login_stages()]
 
     def logout(self, request: HttpRequest) -> None:
         """Sign out, and close the session's live sockets (they outlive its requests)."""
@@ -125,6 +134,33 @@ class AuthenticateForm(AllauthAuthenticateForm):
             raise
 
 
+class SecondFactorStage(AuthenticateStage):
+    """allauth's second-factor step, not asked of a sign-in through the identity provider: the
+    provider has its own (SPEC 23.2)."""
+
+    def handle(self) -> tuple:
+        if "sociallogin" in (self.login.signal_kwargs or {}):
+            return None, True
+        return super().handle()
+
+
+def password_refused(request: HttpRequest) -> HttpResponse:
+    """AGENVOY_PASSWORD_SIGNIN=0: the sign-in page, without its form, and 403."""
+    message = f"Password sign-in is turned off here: sign in with {settings.AGENVOY_OIDC_NAME}."
+    page = render_to_string(
+        "account/login.html", {"form": LoginForm(request=request), "refused": message}, request
+    )
+    return HttpResponse(page, status=403)
+
+
+def login(request: HttpRequest) -> HttpResponse:
+    """allauth's sign-in page; a password posted while AGENVOY_PASSWORD_SIGNIN=0 is refused
+    before any password is checked (nor counted by axes)."""
+    if request.method == "POST" and not settings.AGENVOY_PASSWORD_SIGNIN:
+        return password_refused(request)
+    return account_views.login(request)
+
+
 def has_second_factor(user) -> bool:
     return Authenticator.objects.filter(user=user, type__in=SECOND_FACTORS).exists()
 
@@ -150,4 +186,4 @@ class RequireSecondFactor:
         user = getattr(request, "user", None)
         if user is None or not user.is_authenticated or request.path.startswith(_OPEN_PREFIXES):
             return False
-        return not has_second_factor(user)
+        return not audit.through_provider(request, user) and not has_second_factor(user)
