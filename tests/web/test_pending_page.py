@@ -201,3 +201,36 @@ def test_it_shows_a_prompt_or_resource_on_the_one_tap_page(client, every, settin
         link = onetap.url("", settings.SECRET_KEY, call.confirm_id, onetap.APPROVE, target.pk)
         html = client.get(link).content.decode()
         assert f'<h1 class="break">{heading}</h1>' in html and ">Approve</button>" in html
+
+
+# --- Extend (SPEC 24.4) ---------------------------------------------------------------------------
+
+
+def test_it_offers_extend_in_the_inbox_and_on_the_confirmations_page(signed_in, every, settings):
+    settings.AGENVOY_CONFIRM_TIMEOUT = 900
+    call = make_call(expires_at=timezone.now() + datetime.timedelta(seconds=30))
+    extend_form = rf'<form class="extend" method="post" action="/pending/{call.confirm_id}/extend/"'
+    for page in ("/pending/", f"/pending/{call.confirm_id}/"):
+        item = card(signed_in.get(page).content.decode(), call)
+        assert re.search(extend_form, item) and ">Extend</button>" in item, page
+    r = signed_in.post(f"/pending/{call.confirm_id}/extend/", headers={"HX-Request": "true"})
+    call.refresh_from_db()
+    assert 895 < (call.expires_at - timezone.now()).total_seconds() <= 900
+    html = r.content.decode()
+    assert html.lstrip().startswith('<div id="pending-list"') and "Extended: mcp__every__echo" in html
+    # The list re-renders with the new time (its signature changed with the expiry).
+    assert re.search(r">1[45]:\d\d</time> left", card(html, call))
+    r = signed_in.post(f"/pending/{call.confirm_id}/extend/", {"next": f"/pending/{call.confirm_id}/"})
+    assert r.status_code == 302 and r["Location"] == f"/pending/{call.confirm_id}/"
+
+
+def test_it_says_so_when_an_extension_would_pass_24_hours_or_the_call_has_ended(signed_in, every):
+    call = make_call(created_at=timezone.now() - datetime.timedelta(hours=23, minutes=58))
+    before = call.expires_at
+    r = signed_in.post(f"/pending/{call.confirm_id}/extend/", follow=True)
+    assert "Not extended: cannot extend past 24 hours." in r.content.decode()
+    call.refresh_from_db()
+    assert call.expires_at == before
+    done = make_call(status="skipped", confirm_id=uuid.uuid4())
+    r = signed_in.post(f"/pending/{done.confirm_id}/extend/", follow=True)
+    assert "Not extended: confirmation already resolved or expired." in r.content.decode()
