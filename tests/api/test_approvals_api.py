@@ -92,3 +92,111 @@ def test_it_extends_a_servers_question_and_refuses_as_an_answer_is(tokens, setti
     assert body["expires_at"] == question.expires_at.isoformat().replace("+00:00", "Z")
     Question.objects.filter(id=question.id).update(status="declined")
     assert extend(tokens["approver"][1], question.id) == (410, {"error": "confirmation already resolved or expired"})
+
+
+# --- Edit and approve (SPEC 24.5) --------------------------------------------------------------
+
+
+@pytest.fixture
+def echo_call(tokens, agenvoy_home):
+    """A pending call of `mcp__every__echo` (its schema: `message` string, required; `count`
+    integer; `loud` boolean) made by the `other` token."""
+    from tests.rows import add_tools, write_servers
+
+    write_servers(agenvoy_home, {"every": {"command": "node", "args": ["index.js"]}})
+    add_tools("every", ["echo"])
+    call = make_call(tokens["other"][0])
+    ToolCall.objects.filter(id=call.id).update(
+        tool_name="mcp__every__echo", server_name="every", tool="echo", arguments={"message": "hi"}
+    )
+    call.refresh_from_db()
+    return call
+
+
+def edit(secret: str, call: ToolCall, body: dict):
+    return request(secret, "POST", f"/v1/session/{call.session_id}/confirm/{call.confirm_id}", body)
+
+
+def test_it_approves_with_changed_arguments_and_keeps_what_was_asked(tokens, echo_call):
+    r = edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": {"message": "bye", "count": 2}})
+    assert (r.status_code, r.json()) == (200, {"ok": True})
+    echo_call.refresh_from_db()
+    assert echo_call.status == "running" and echo_call.decided_by == "token:t-approver"
+    assert echo_call.arguments == {"message": "bye", "count": 2}
+    assert echo_call.requested_arguments == {"message": "hi"} and echo_call.edited_by == "token:t-approver"
+    record = request(tokens["admin"][1], "GET", f"/v1/mcp/calls/{echo_call.id}").json()
+    assert record["arguments"] == {"message": "bye", "count": 2}
+    assert record["requested_arguments"] == {"message": "hi"} and record["edited_by"] == "token:t-approver"
+
+
+def test_it_approves_unchanged_arguments_as_a_plain_approval(tokens, echo_call):
+    assert edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": {"message": "hi"}}).status_code == 200
+    echo_call.refresh_from_db()
+    assert echo_call.status == "running" and echo_call.edited_by == "" and echo_call.requested_arguments is None
+
+
+@pytest.mark.parametrize(
+    "arguments, why",
+    [
+        ({"message": 3}, "message: 3 is not of type 'string'"),
+        ({"count": 1}, "'message' is a required property"),
+        ({"message": "x", "count": "two"}, "count: 'two' is not of type 'integer'"),
+    ],
+)
+def test_it_refuses_arguments_the_tools_schema_does_not_take_and_stays_pending(tokens, echo_call, arguments, why):
+    r = edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": arguments})
+    assert (r.status_code, r.json()) == (400, {"error": f"arguments do not match the tool's schema: {why}"})
+    echo_call.refresh_from_db()
+    assert echo_call.status == "pending" and echo_call.arguments == {"message": "hi"} and echo_call.edited_by == ""
+
+
+def test_it_checks_arguments_with_the_draft_the_tools_schema_declares(tokens, echo_call):
+    from mcpcore.models import Tool
+
+    # Draft 4's boolean exclusiveMaximum: 5 is out; a 2020-12 validator would not read it so.
+    Tool.objects.filter(registered_name="mcp__every__echo").update(
+        input_schema={
+            "$schema": "http://json-schema.org/draft-04/schema#",
+            "type": "object",
+            "properties": {"count": {"type": "integer", "maximum": 5, "exclusiveMaximum": True}},
+        }
+    )
+    r = edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": {"count": 5}})
+    assert (r.status_code, r.json()) == (
+        400,
+        {"error": "arguments do not match the tool's schema: count: 5 is greater than or equal to the maximum of 5"},
+    )
+    assert edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": {"count": 4}}).status_code == 200
+
+
+def test_it_refuses_changed_arguments_a_deny_rule_now_matches(tokens, echo_call, agenvoy_home):
+    (agenvoy_home / "rules").write_text("deny mcp__every__echo(message:rm *)\n")
+    r = edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": {"message": "rm -rf /"}})
+    assert (r.status_code, r.json()) == (400, {"error": "Denied by rule: deny mcp__every__echo(message:rm *)"})
+    echo_call.refresh_from_db()
+    assert echo_call.status == "pending" and echo_call.arguments == {"message": "hi"}
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"approve": True, "arguments": ["x"]}, "arguments must be a JSON object"),
+        ({"approve": False, "arguments": {"message": "x"}}, "arguments needs approve"),
+    ],
+)
+def test_it_refuses_a_malformed_edit(tokens, echo_call, body, message):
+    r = edit(tokens["approver"][1], echo_call, body)
+    assert (r.status_code, r.json()) == (400, {"error": message})
+    echo_call.refresh_from_db()
+    assert echo_call.status == "pending"
+
+
+def test_it_refuses_changed_arguments_of_what_is_not_a_tool_call(tokens, echo_call):
+    ToolCall.objects.filter(id=echo_call.id).update(kind="prompt")
+    r = edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": {"message": "x"}})
+    assert (r.status_code, r.json()) == (400, {"error": "only a tool call's arguments can be changed"})
+
+
+def test_it_describes_the_reply_bodys_arguments_in_the_openapi_document(client):
+    reply = client.get("/v1/openapi.json").json()["components"]["schemas"]["Reply"]["properties"]
+    assert "arguments" in reply and "Edit and approve" in reply["arguments"]["description"]
