@@ -24,6 +24,7 @@ urlpatterns = [
     path("mcp/calls/<str:call_id>/cancel", views.mcp_call_cancel, name="api-mcp-call-cancel"),
     _named("pending", views.pending),
     path("pending/<str:question_id>/answer", views.pending_answer, name="api-pending-answer"),
+    path("pending/<str:item_id>/extend", views.pending_extend, name="api-pending-extend"),
     path("session/<str:session_id>/confirm/<str:confirm_id>", views.confirm, name="api-confirm"),
     _named("allowlist", views.allowlist_view),
     _named("rules", views.rules_view),

@@ -54,7 +54,8 @@ from .approvals import (
     trusted,
 )
 from .record import INTERRUPTED, WORKER_LOST, CallError, checked, finish, finish_call, record
-from .replies import ReplyError, expire, expire_due, reply
+from .questions import extend as extend_question
+from .replies import ReplyError, expire, expire_due, extend_confirmation, reply
 
 # The package's face: what the doors, the supervisor and the process wiring call.
 __all__ = [
@@ -77,6 +78,7 @@ __all__ = [
     "dispatch",
     "expire",
     "expire_due",
+    "extend",
     "finish",
     "finish_call",
     "get",
@@ -436,9 +438,15 @@ async def _reread(call: ToolCall) -> tuple[ToolCall, bool]:
     """The call as stored, and whether the wait is over (it ended, or its row is gone). A
     pending call is re-read every second by each of its waiters: its status alone first (no
     ORM, no thread hop), the whole row once that has moved. One past its expiry is expired
-    here (and read again)."""
+    here (and read again); one whose row was extended meanwhile (SPEC 24.4) is read again and
+    waited on to its new expiry."""
+    stale = False
     while True:
-        if call.status != CallStatus.PENDING or await db.read(callsql.status, call.id) != CallStatus.PENDING:
+        if (
+            stale
+            or call.status != CallStatus.PENDING
+            or await db.read(callsql.status, call.id) != CallStatus.PENDING
+        ):
             fresh = await db.run(_get, call.id)
             if fresh is None:
                 return call, True
@@ -449,6 +457,7 @@ async def _reread(call: ToolCall) -> tuple[ToolCall, bool]:
             return call, False
         if await db.run(expire, call.id):
             await announce(str(call.id))
+        stale = True
 
 
 def _shielded() -> anyio.CancelScope:
@@ -502,6 +511,17 @@ async def respond(
         await dispatch(call, local)
     await announce(str(call.id))
     return call
+
+
+async def extend(item_id: str, authorize=None) -> datetime.datetime | None:
+    """Extend a pending item (SPEC 24.4) from any door: a confirmation (its `confirm_id`) or a
+    server's question (its id), `authorize(call or question)` refusing as a reply's check does
+    (12.1). Waiters and the inbox are told; returns the new expiry. Raises ReplyError."""
+    call = await db.run(extend_confirmation, item_id, authorize)
+    if call is not None:
+        await announce(str(call.id))
+        return call.expires_at
+    return (await db.run(extend_question, item_id, authorize)).expires_at
 
 
 def agent_left(call_id, left: bool) -> bool:

@@ -2,12 +2,14 @@
 nobody answered in time. What an approval makes (an allowance, a grant, an allow_tool entry)
 is written in the same transaction as the decision (`approvals`)."""
 
+import datetime
 import json
 import logging
 import uuid
 
+from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from .. import audit, files, gate, schemas
@@ -21,6 +23,12 @@ log = logging.getLogger("mcpcore.calls")
 
 class ReplyError(CallError):
     pass
+
+
+NOT_FOUND = "confirmation not found"
+GONE = "confirmation already resolved or expired"
+# SPEC 24.4: an extension never sets an expiry further than this after the item was made.
+EXTEND_LIMIT = datetime.timedelta(hours=24)
 
 
 def reply(
@@ -50,7 +58,7 @@ def reply(
     now = timezone.now()
     if call.status == CallStatus.PENDING and call.expires_at and call.expires_at <= now:
         expire(call.id)
-        raise ReplyError("confirmation already resolved or expired", 410)
+        raise ReplyError(GONE, 410)
     pending = ToolCall.objects.filter(id=call.id, status=CallStatus.PENDING)
     if answer.abort or not answer.approve:
         aborted = answer.abort
@@ -66,7 +74,7 @@ def reply(
     else:
         changed = _approve(call, pending, answer, who, by or audit.Actor(who), now)
     if not changed:
-        raise ReplyError("confirmation already resolved or expired", 410)
+        raise ReplyError(GONE, 410)
     call.refresh_from_db()
     count_reply(call)
     return call
@@ -77,10 +85,10 @@ def _confirmation(session_id: str, confirm_id: str) -> ToolCall:
     try:
         cid = uuid.UUID(str(confirm_id))
     except ValueError:
-        raise ReplyError("confirmation not found", 404) from None
+        raise ReplyError(NOT_FOUND, 404) from None
     call = ToolCall.objects.filter(confirm_id=cid, session_id=session_id).first()
     if call is None:
-        raise ReplyError("confirmation not found", 404)
+        raise ReplyError(NOT_FOUND, 404)
     return call
 
 
@@ -128,16 +136,56 @@ def _approve(
     return changed
 
 
+def extended_expiry(created_at: datetime.datetime, now: datetime.datetime) -> datetime.datetime:
+    """The expiry an extension sets (SPEC 24.4): now plus AGENVOY_CONFIRM_TIMEOUT; 400 when that
+    is more than 24 hours after the item was made."""
+    until = now + datetime.timedelta(seconds=settings.AGENVOY_CONFIRM_TIMEOUT)
+    if until > created_at + EXTEND_LIMIT:
+        raise ReplyError("cannot extend past 24 hours", 400)
+    return until
+
+
+def extend_confirmation(confirm_id, authorize=None) -> ToolCall | None:
+    """Extend a pending confirmation (SPEC 24.4), refused as a reply is (12.1: `authorize(call)`
+    raises to refuse the replier, before the 410), and 400 past 24 hours. The expiry is the
+    row's, so every waiter and the supervisor's sweep read the new one. Returns the call with
+    its new expiry; None when no confirmation has this id (it may name a server's question)."""
+    try:
+        cid = uuid.UUID(str(confirm_id))
+    except ValueError:
+        raise ReplyError(NOT_FOUND, 404) from None
+    call = ToolCall.objects.filter(confirm_id=cid).first()
+    if call is None:
+        return None
+    if authorize is not None:
+        authorize(call)
+    now = timezone.now()
+    if call.status == CallStatus.PENDING and call.expires_at and call.expires_at <= now:
+        expire(call.id)
+        raise ReplyError(GONE, 410)
+    if call.status != CallStatus.PENDING:
+        raise ReplyError(GONE, 410)
+    until = extended_expiry(call.created_at, now)
+    live = Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+    if not ToolCall.objects.filter(live, id=call.id, status=CallStatus.PENDING).update(expires_at=until):
+        raise ReplyError(GONE, 410)
+    call.expires_at = until
+    return call
+
+
 def expire(call_id) -> bool:
+    """End a pending confirmation past its expiry as the row holds it (`expired`): one extended
+    meanwhile (SPEC 24.4) stays pending, whatever expiry the caller last read."""
+    now = timezone.now()
     expired = (
-        ToolCall.objects.filter(id=call_id, status=CallStatus.PENDING).update(
+        ToolCall.objects.filter(id=call_id, status=CallStatus.PENDING, expires_at__lte=now).update(
             status=CallStatus.EXPIRED,
             decision=CallDecision.EXPIRED,
             decided_by="timeout",
-            decided_at=timezone.now(),
+            decided_at=now,
             reason="confirmation expired",
             result=gate.skipped_text("confirmation expired"),
-            ended_at=timezone.now(),
+            ended_at=now,
         )
         == 1
     )

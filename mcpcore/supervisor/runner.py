@@ -23,7 +23,7 @@ from django.conf import settings
 
 from .. import calls, control, db, elicitation, gate, results
 from ..calls import questions
-from ..choices import CallKind, CallStatus, Via
+from ..choices import CallKind, CallStatus, QuestionStatus, Via
 from ..models import ToolCall
 from ..oauth import upstream as oauth_upstream
 from .errors import describe, is_session_lost
@@ -314,9 +314,10 @@ class Asking:
             # A question this call may not have asked is none of its client's business.
             if call.via == Via.MCP and sure:
                 tg.start_soon(self._waiting)
-            ended = await questions.wait_answer(
-                question, max(float(settings.AGENVOY_CONFIRM_TIMEOUT), RELAYED_FOR)
-            )
+            # One in the inbox ends at its row's expiry, which an extension moves (SPEC 24.4):
+            # waited for up to the 24 hours an extension may reach.
+            bound = RELAYED_FOR if question.status == QuestionStatus.ASKED else questions.EXTEND_SECONDS
+            ended = await questions.wait_answer(question, max(float(settings.AGENVOY_CONFIRM_TIMEOUT), bound))
             tg.cancel_scope.cancel()
         if ended.status in questions.OPEN:
             # Nobody answered in time: the question ends, the server gets a cancel.

@@ -645,6 +645,14 @@ def confirmation_context(call: ToolCall) -> dict:
     }
 
 
+def extend_message(item_id: str, until: datetime.datetime | None) -> str:
+    """The note after a person extended a pending confirmation or question (SPEC 24.4)."""
+    call = ToolCall.objects.filter(confirm_id=item_id).only("tool_name").first()
+    what = call.tool_name if call else "the question from " + Question.objects.get(id=item_id).server_name
+    at = f" until {until.astimezone(datetime.UTC):%H:%M:%S} UTC" if until else ""
+    return f"Extended: {what}{at}."
+
+
 def answer_message(server: str, action: str) -> str:
     """The note after a person answered a server's question."""
     said = {"accept": "Answer sent", "decline": "Declined", "cancel": "Cancelled"}.get(action, action)

@@ -11,6 +11,7 @@ import json
 from urllib.parse import parse_qs, urlsplit
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db.models import Count
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -106,6 +107,7 @@ def _left(expires_at, now) -> dict:
     return {
         "seconds_left": max(0, int(left)) if left is not None else None,
         "left_text": clock(left) if left is not None else "",
+        "extend_by": clock(settings.AGENVOY_CONFIRM_TIMEOUT),  # what Extend gives (SPEC 24.4)
     }
 
 
@@ -176,9 +178,10 @@ def pending_context(rows: list[ToolCall], asked: list[Question] | None = None) -
             }
         )
     # What the list shows, for the browser to skip swapping in an identical list (a swap in
-    # the middle of a click would lose it). Time left is kept current by the page itself.
-    shown = ",".join(f"{c.confirm_id}" for c in rows[:PENDING_SHOWN])
-    shown += ";" + ",".join(f"{q.id}" for q in asked[:PENDING_SHOWN])
+    # the middle of a click would lose it). Time left is kept current by the page itself; an
+    # extension (SPEC 24.4) changes the signature.
+    shown = ",".join(f"{c.confirm_id}@{c.expires_at}" for c in rows[:PENDING_SHOWN])
+    shown += ";" + ",".join(f"{q.id}@{q.expires_at}" for q in asked[:PENDING_SHOWN])
     return {
         "pending_sig": hashlib.sha1(shown.encode()).hexdigest()[:16],
         "pending_items": items,

@@ -90,6 +90,7 @@ from .display import (
     confirmation_context,
     definition_changes,
     example_only,
+    extend_message,
     file_problems,
     history_page,
     keyset_page,
@@ -650,6 +651,20 @@ def _inbox_after(request: HtmxRequest) -> HttpResponse:
             oob=("base.html#pending-badge", "mcpcore/pending_list.html#allowances"),
         )
     return _back(request, "pending")
+
+
+@login_required
+@require_POST
+def pending_extend(request: HtmxRequest, item_id: str) -> HttpResponse:
+    """Extend a pending confirmation or a server's question (SPEC 24.4): the inbox's and the
+    item's own page's `Extend`."""
+    with _Refusal() as refused:
+        until = control.run_to_end(calls.extend, item_id)
+    if refused:
+        messages.error(request, f"Not extended: {refused.message}.")
+    else:
+        messages.success(request, extend_message(item_id, until))
+    return _inbox_after(request)
 
 
 @login_required
