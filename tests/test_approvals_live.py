@@ -59,9 +59,13 @@ def test_it_keeps_a_waiting_mcp_call_past_its_old_expiry_once_extended(c):
 
 def test_it_runs_changed_arguments_on_the_server_and_says_so_to_a_rest_agent(c):
     agent = c.client_for("agent", "rest-agent")
-    r = agent.post("/v1/mcp/call", json={"name": "mcp__echo__echo", "arguments": {"text": "as asked"}, "wait": 0})
+    r = agent.post(
+        "/v1/mcp/call", json={"name": "mcp__echo__echo", "arguments": {"text": "as asked"}, "wait": 0}
+    )
     body = r.json()
-    reply = c.reply(body["session_id"], body["confirm_id"], {"approve": True, "arguments": {"text": "as changed"}})
+    reply = c.reply(
+        body["session_id"], body["confirm_id"], {"approve": True, "arguments": {"text": "as changed"}}
+    )
     assert reply.status_code == 200, reply.text
     done = agent.get(f"/v1/mcp/calls/{body['call_id']}", params={"wait": 20}).json()
     agent.close()
@@ -85,7 +89,9 @@ def test_it_runs_changed_arguments_and_says_so_to_an_mcp_client(c):
             tg.start_soon(run)
             item = await wait_pending(c, "mcp__echo__echo", 10)
             r = await in_thread(
-                lambda: c.reply(item["session_id"], item["id"], {"approve": True, "arguments": {"text": "ls"}})
+                lambda: c.reply(
+                    item["session_id"], item["id"], {"approve": True, "arguments": {"text": "ls"}}
+                )
             )
             assert r.status_code == 200, r.text
 

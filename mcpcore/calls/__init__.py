@@ -53,8 +53,8 @@ from .approvals import (
     session_allowed,
     trusted,
 )
-from .record import INTERRUPTED, WORKER_LOST, CallError, checked, finish, finish_call, record
 from .questions import extend as extend_question
+from .record import INTERRUPTED, WORKER_LOST, CallError, checked, finish, finish_call, record
 from .replies import ReplyError, expire, expire_due, extend_confirmation, reply
 
 # The package's face: what the doors, the supervisor and the process wiring call.

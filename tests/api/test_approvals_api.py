@@ -85,13 +85,19 @@ def test_it_extends_a_servers_question_and_refuses_as_an_answer_is(tokens, setti
     question = questions.ask(call.id, "srv", "form", "Go on?", {"type": "object", "properties": {}})
     own = questions.ask(make_call(tokens["agent"][0], status="running").id, "srv", "form", "Mine?", {})
     assert extend(tokens["agent"][1], own.id) == (403, {"error": "a token may not reply to its own call"})
-    assert extend(tokens["agent"][1], question.id) == (403, {"error": "this token may not reply to confirmations"})
+    assert extend(tokens["agent"][1], question.id) == (
+        403,
+        {"error": "this token may not reply to confirmations"},
+    )
     status, body = extend(tokens["approver"][1], question.id)
     question.refresh_from_db()
     assert status == 200 and 895 < seconds_from_now(question.expires_at) <= 900
     assert body["expires_at"] == question.expires_at.isoformat().replace("+00:00", "Z")
     Question.objects.filter(id=question.id).update(status="declined")
-    assert extend(tokens["approver"][1], question.id) == (410, {"error": "confirmation already resolved or expired"})
+    assert extend(tokens["approver"][1], question.id) == (
+        410,
+        {"error": "confirmation already resolved or expired"},
+    )
 
 
 # --- Edit and approve (SPEC 24.5) --------------------------------------------------------------
@@ -130,9 +136,14 @@ def test_it_approves_with_changed_arguments_and_keeps_what_was_asked(tokens, ech
 
 
 def test_it_approves_unchanged_arguments_as_a_plain_approval(tokens, echo_call):
-    assert edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": {"message": "hi"}}).status_code == 200
+    assert (
+        edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": {"message": "hi"}}).status_code
+        == 200
+    )
     echo_call.refresh_from_db()
-    assert echo_call.status == "running" and echo_call.edited_by == "" and echo_call.requested_arguments is None
+    assert (
+        echo_call.status == "running" and echo_call.edited_by == "" and echo_call.requested_arguments is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -143,11 +154,17 @@ def test_it_approves_unchanged_arguments_as_a_plain_approval(tokens, echo_call):
         ({"message": "x", "count": "two"}, "count: 'two' is not of type 'integer'"),
     ],
 )
-def test_it_refuses_arguments_the_tools_schema_does_not_take_and_stays_pending(tokens, echo_call, arguments, why):
+def test_it_refuses_arguments_the_tools_schema_does_not_take_and_stays_pending(
+    tokens, echo_call, arguments, why
+):
     r = edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": arguments})
     assert (r.status_code, r.json()) == (400, {"error": f"arguments do not match the tool's schema: {why}"})
     echo_call.refresh_from_db()
-    assert echo_call.status == "pending" and echo_call.arguments == {"message": "hi"} and echo_call.edited_by == ""
+    assert (
+        echo_call.status == "pending"
+        and echo_call.arguments == {"message": "hi"}
+        and echo_call.edited_by == ""
+    )
 
 
 def test_it_checks_arguments_with_the_draft_the_tools_schema_declares(tokens, echo_call):
@@ -164,15 +181,23 @@ def test_it_checks_arguments_with_the_draft_the_tools_schema_declares(tokens, ec
     r = edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": {"count": 5}})
     assert (r.status_code, r.json()) == (
         400,
-        {"error": "arguments do not match the tool's schema: count: 5 is greater than or equal to the maximum of 5"},
+        {
+            "error": "arguments do not match the tool's schema: count: 5 is greater than or equal to the maximum of 5"
+        },
     )
-    assert edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": {"count": 4}}).status_code == 200
+    assert (
+        edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": {"count": 4}}).status_code
+        == 200
+    )
 
 
 def test_it_refuses_changed_arguments_a_deny_rule_now_matches(tokens, echo_call, agenvoy_home):
     (agenvoy_home / "rules").write_text("deny mcp__every__echo(message:rm *)\n")
     r = edit(tokens["approver"][1], echo_call, {"approve": True, "arguments": {"message": "rm -rf /"}})
-    assert (r.status_code, r.json()) == (400, {"error": "Denied by rule: deny mcp__every__echo(message:rm *)"})
+    assert (r.status_code, r.json()) == (
+        400,
+        {"error": "Denied by rule: deny mcp__every__echo(message:rm *)"},
+    )
     echo_call.refresh_from_db()
     assert echo_call.status == "pending" and echo_call.arguments == {"message": "hi"}
 

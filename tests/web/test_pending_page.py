@@ -244,7 +244,10 @@ def test_it_offers_edit_and_approve_on_a_tool_calls_page_with_its_arguments_and_
     html = signed_in.get(f"/pending/{call.confirm_id}/").content.decode()
     form = re.search(r'<form class="edit".*?</form>', html, re.S).group(0)
     assert f'action="/pending/{call.confirm_id}/edit/"' in form and ">Edit and approve</button>" in form
-    assert re.search(r"<textarea[^>]*name=\"arguments\"[^>]*>\n?\{\n  &quot;message&quot;: &quot;hi&quot;,\n  &quot;count&quot;: 2\n\}</textarea>", form)
+    assert re.search(
+        r"<textarea[^>]*name=\"arguments\"[^>]*>\n?\{\n  &quot;message&quot;: &quot;hi&quot;,\n  &quot;count&quot;: 2\n\}</textarea>",
+        form,
+    )
     assert re.search(r'<label for="edit-[^"]+">Arguments</label>', form)
     assert "&quot;required&quot;: [\n    &quot;message&quot;\n  ]" in html  # the tool's input schema, shown
     # Not in the inbox's card, and not for a prompt (only a tool call's arguments change).
@@ -259,9 +262,13 @@ def test_it_runs_the_changed_arguments_and_history_shows_both(signed_in, every):
     assert r.status_code == 302 and r["Location"] == f"/pending/{call.confirm_id}/"
     call.refresh_from_db()
     assert call.status == "running" and call.arguments == {"message": "bye", "loud": True}
-    assert call.requested_arguments == {"message": "hi"} and call.edited_by == "op" and call.decided_by == "op"
+    assert (
+        call.requested_arguments == {"message": "hi"} and call.edited_by == "op" and call.decided_by == "op"
+    )
     history = signed_in.get("/history/").content.decode()
-    row = re.search(rf'<tr[^>]*>(?:(?!</tr>).)*href="/history/{call.id}/"(?:(?!</tr>).)*</tr>', history, re.S).group(0)
+    row = re.search(
+        rf'<tr[^>]*>(?:(?!</tr>).)*href="/history/{call.id}/"(?:(?!</tr>).)*</tr>', history, re.S
+    ).group(0)
     assert "Changed by op" in row and "&quot;bye&quot;" in row and "&quot;hi&quot;" in row
     page = signed_in.get(f"/history/{call.id}/").content.decode()
     assert "Arguments as asked" in page and "Arguments as run" in page and "Changed by</dt><dd>op" in page
@@ -271,12 +278,17 @@ def test_it_runs_the_changed_arguments_and_history_shows_both(signed_in, every):
 @pytest.mark.parametrize(
     "typed, said",
     [
-        ('{"message": 7}', "arguments do not match the tool&#x27;s schema: message: 7 is not of type &#x27;string&#x27;"),
+        (
+            '{"message": 7}',
+            "arguments do not match the tool&#x27;s schema: message: 7 is not of type &#x27;string&#x27;",
+        ),
         ("{not json", "arguments must be a JSON object"),
         ('["a"]', "arguments must be a JSON object"),
     ],
 )
-def test_it_says_what_is_wrong_with_changed_arguments_and_keeps_them_in_the_form(signed_in, every, typed, said):
+def test_it_says_what_is_wrong_with_changed_arguments_and_keeps_them_in_the_form(
+    signed_in, every, typed, said
+):
     call = make_call()
     r = signed_in.post(f"/pending/{call.confirm_id}/edit/", {"arguments": typed})
     html = r.content.decode()
@@ -291,6 +303,8 @@ def test_it_says_a_deny_rule_now_matches_changed_arguments(signed_in, every, age
     (agenvoy_home / "rules").write_text("deny mcp__every__echo(message:rm *)\n")
     call = make_call()
     r = signed_in.post(f"/pending/{call.confirm_id}/edit/", {"arguments": '{"message": "rm -rf /"}'})
-    assert r.status_code == 400 and "Denied by rule: deny mcp__every__echo(message:rm *)" in r.content.decode()
+    assert (
+        r.status_code == 400 and "Denied by rule: deny mcp__every__echo(message:rm *)" in r.content.decode()
+    )
     call.refresh_from_db()
     assert call.status == "pending"
