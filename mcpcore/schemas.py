@@ -312,11 +312,45 @@ class Reply(Contract):
         ),
     ] = None
 
+    arguments: Annotated[
+        dict[str, Any] | None,
+        Message("arguments must be a JSON object"),
+        _sendable("arguments"),
+        Field(
+            description="Edit and approve (SPEC 24.5): with approve, run the tool call with these arguments"
+            " instead; checked against the tool's input schema and the rules again"
+        ),
+    ] = None
+
     @model_validator(mode="after")
     def _grant_needs_approve(self) -> Self:
         if self.remember_for is not None and (not self.approve or self.abort):
             raise refuse("remember_for needs approve")
+        if self.arguments is not None and (not self.approve or self.abort):
+            raise refuse("arguments needs approve")
         return self
+
+
+def schema_problem(schema: object, arguments: dict) -> str | None:
+    """Why `arguments` do not match a tool's input schema (SPEC 24.5), or None when they do:
+    checked by `jsonschema` under the draft the schema declares in `$schema` (2020-12 when it
+    declares none); the most relevant error, after the path of the argument it is about."""
+    # Imported here: jsonschema costs some 50 ms at every process's start, and only an edit
+    # needs it.
+    import jsonschema
+
+    if not isinstance(schema, dict):
+        return None  # a tool that declares no object schema takes any object
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return f"the tool's own schema is invalid: {exc.message}"
+    error = jsonschema.exceptions.best_match(cls(schema).iter_errors(arguments))
+    if error is None:
+        return None
+    where = ".".join(str(part) for part in error.absolute_path)
+    return f"{where}: {error.message}" if where else error.message
 
 
 class QuestionAnswer(Contract):

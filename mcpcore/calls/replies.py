@@ -13,9 +13,9 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from .. import audit, files, gate, schemas
-from ..choices import CallDecision, CallStatus
-from ..models import ToolCall
-from .approvals import allow_answer, allow_session, grant, remember_permission
+from ..choices import CallDecision, CallKind, CallStatus, RuleDecision
+from ..models import Tool, ToolCall
+from .approvals import allow_answer, allow_session, grant, remember_permission, rule_for
 from .record import CallError, checked, count_end_of, count_reply
 
 log = logging.getLogger("mcpcore.calls")
@@ -55,10 +55,13 @@ def reply(
             f"a {call.kind} call is approved once or denied: remember, allow_turn and remember_for do not apply",
             400,
         )
+    if answer.arguments is not None and call.kind != CallKind.TOOL_CONFIRM:
+        raise ReplyError("only a tool call's arguments can be changed", 400)
     now = timezone.now()
     if call.status == CallStatus.PENDING and call.expires_at and call.expires_at <= now:
         expire(call.id)
         raise ReplyError(GONE, 410)
+    edit = _edit(call, answer.arguments, who)
     pending = ToolCall.objects.filter(id=call.id, status=CallStatus.PENDING)
     if answer.abort or not answer.approve:
         aborted = answer.abort
@@ -72,7 +75,7 @@ def reply(
             decided_at=now,
         )
     else:
-        changed = _approve(call, pending, answer, who, by or audit.Actor(who), now)
+        changed = _approve(call, pending, answer, who, by or audit.Actor(who), now, edit)
     if not changed:
         raise ReplyError(GONE, 410)
     call.refresh_from_db()
@@ -92,17 +95,45 @@ def _confirmation(session_id: str, confirm_id: str) -> ToolCall:
     return call
 
 
+def _edit(call: ToolCall, arguments: dict | None, who: str) -> dict:
+    """What "Edit and approve" (SPEC 24.5) writes with the approval: the arguments as run, as
+    asked, and who changed them; nothing when they are unchanged. Changed ones must match the
+    tool's input schema and pass the rules again (a `deny` now matching refuses them); a
+    decided call is refused first (410)."""
+    if arguments is None or arguments == call.arguments:
+        return {}
+    if call.status != CallStatus.PENDING:
+        raise ReplyError(GONE, 410)
+    schema = (
+        Tool.objects.filter(registered_name=call.tool_name).values_list("input_schema", flat=True).first()
+    )
+    problem = schemas.schema_problem(schema, arguments)
+    if problem is not None:
+        raise ReplyError(f"arguments do not match the tool's schema: {problem}", 400)
+    found = rule_for(call.tool_name, arguments)
+    if found is not None and found[0] == RuleDecision.DENY:
+        raise ReplyError(gate.denied_text(found[1]), 400)
+    return {"arguments": arguments, "requested_arguments": call.arguments, "edited_by": who}
+
+
 def _grant_for(answer: schemas.Reply) -> int:
     return int(answer.remember_for or 0)
 
 
 def _approve(
-    call: ToolCall, pending: QuerySet[ToolCall], answer: schemas.Reply, who: str, by: audit.Actor, now
+    call: ToolCall,
+    pending: QuerySet[ToolCall],
+    answer: schemas.Reply,
+    who: str,
+    by: audit.Actor,
+    now,
+    edit: dict,
 ) -> int:
     """Record an approval and what it makes, in one transaction with it: an allowance for the
     session, a remembered permission, a grant for a time; then an allow_tool entry ("approve
     and remember" of a tool call). A permission prompt ends `done` here: nothing runs, the
-    approval is the answer. Returns the rows changed (0: someone decided first)."""
+    approval is the answer. `edit`: the changed arguments' fields (`_edit`). Returns the rows
+    changed (0: someone decided first)."""
     grant_for = _grant_for(answer)
     decision = (
         CallDecision.REMEMBER
@@ -113,7 +144,7 @@ def _approve(
         if grant_for
         else CallDecision.APPROVE
     )
-    decided = {"decision": decision, "decided_by": who, "decided_at": now}
+    decided = {"decision": decision, "decided_by": who, "decided_at": now, **edit}
     prompt = call.is_permission_prompt
     with transaction.atomic():
         if prompt:

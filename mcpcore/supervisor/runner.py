@@ -61,9 +61,25 @@ async def run_claimed(sup: SessionHost, call: ToolCall) -> ToolCall | None:
         problem = session.describe(exc) if session is not None else describe(exc)
         log.warning("call %s (%s) failed: %s", call_id, call.tool_name, problem)
         status, text, extra = CallStatus.ERROR, f"tool error: {problem}", {"is_error": True}
+    if call.edited_by:
+        text, extra = _told_of_edit(call, text, extra)
     stored = await db.write(calls.finish_call, call, status, text, **extra)
     await calls.announce(call_id, pending=False)
     return stored
+
+
+def _told_of_edit(call: ToolCall, text: str, extra: dict) -> tuple[str, dict]:
+    """The result of a call a person changed before approving (SPEC 24.5) starts with what
+    was run: the first line of the text (a REST agent's result, the history), and a first text
+    item of the upstream result an MCP client gets as it was."""
+    notice = gate.edited_text(call.edited_by, call.arguments)
+    native = extra.get("native_result")
+    if isinstance(native, dict) and isinstance(native.get("content"), list):
+        native = {**native, "content": [{"type": "text", "text": notice}, *native["content"]]}
+        extra = {**extra, "native_result": native}
+    if extra.get("raw_result"):
+        extra = {**extra, "raw_result": f"{notice}\n{extra['raw_result']}"}
+    return f"{notice}\n{text}", extra
 
 
 async def _execute(sup: SessionHost, call: ToolCall) -> tuple[str, str, dict]:

@@ -29,6 +29,7 @@ urlpatterns = [
     path("pending/<str:item_id>/extend/", views.pending_extend, name="pending-extend"),
     path("pending/<uuid:confirm_id>/", views.pending_detail, name="pending-detail"),
     path("pending/<uuid:question_id>/answer/", views.pending_answer, name="pending-answer"),
+    path("pending/<uuid:confirm_id>/edit/", views.pending_edit, name="pending-edit"),
     path("pending/allowances/<int:pk>/revoke/", views.allowance_revoke, name="allowance-revoke"),
     path("history/", views.history, name="history"),
     path("history/<uuid:call_id>/", views.call_detail, name="call-detail"),

@@ -212,6 +212,7 @@ class _Refusal:
     def __init__(self) -> None:
         self.caught = False
         self.message = ""
+        self.status = 0
 
     def __bool__(self) -> bool:
         return self.caught
@@ -221,7 +222,7 @@ class _Refusal:
 
     def __exit__(self, kind, exc, traceback) -> bool:
         if isinstance(exc, calls.CallError):
-            self.caught, self.message = True, exc.message
+            self.caught, self.message, self.status = True, exc.message, exc.status
             return True
         return False
 
@@ -636,6 +637,38 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
     return _inbox_after(request)
 
 
+@login_required
+@require_POST
+def pending_edit(request: HtmxRequest, confirm_id: uuid.UUID) -> HttpResponse:
+    """Edit and approve (SPEC 24.5): run a pending tool call with the arguments typed on its
+    page. What is wrong with them (not a JSON object, the tool's schema, a deny rule) is said
+    in the form, which keeps them, and the call stays pending."""
+    call = get_object_or_404(ToolCall, confirm_id=confirm_id)
+    typed = request.POST.get("arguments", "")
+    try:
+        arguments = json.loads(typed)
+    except (ValueError, RecursionError):
+        arguments = typed  # not JSON: the reply's check says it is no JSON object
+    with _Refusal() as refused:
+        call = control.run_to_end(
+            calls.respond,
+            call.session_id,
+            str(confirm_id),
+            {"approve": True, "arguments": arguments},
+            request.user.get_username(),
+            local=calls.local_supervisor(request),
+            by=audit.by(request),
+        )
+    if refused and refused.status == 400:
+        context = confirmation_context(call, typed, refused.message)
+        return render(request, "mcpcore/pending_detail.html", context, status=400)
+    if refused:
+        messages.error(request, f"Not applied: {refused.message}.")
+    else:
+        messages.success(request, reply_message(call))
+    return redirect("pending-detail", confirm_id)
+
+
 def _inbox_after(request: HtmxRequest) -> HttpResponse:
     """After a reply or an answer: the inbox's list (and its badge and allowances) for htmx,
     else back where the person came from."""
@@ -790,6 +823,7 @@ def call_detail(request: HtmxRequest, call_id: uuid.UUID) -> HttpResponse:
     context.update(
         questions=question_rows(questions.of_call(call.id)),
         args=pretty(call.arguments),
+        requested=pretty(call.requested_arguments) if call.edited_by else "",
         raw=result_view(raw) if raw else None,
         raw_size=len(raw.encode()) if raw else 0,
     )
