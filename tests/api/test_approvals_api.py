@@ -225,3 +225,113 @@ def test_it_refuses_changed_arguments_of_what_is_not_a_tool_call(tokens, echo_ca
 def test_it_describes_the_reply_bodys_arguments_in_the_openapi_document(client):
     reply = client.get("/v1/openapi.json").json()["components"]["schemas"]["Reply"]["properties"]
     assert "arguments" in reply and "Edit and approve" in reply["arguments"]["description"]
+
+
+# --- Many at once (SPEC 24.6) --------------------------------------------------------------------
+
+
+def decide(secret: str, body: dict) -> tuple[int, dict]:
+    r = request(secret, "POST", "/v1/pending/decide", body)
+    return r.status_code, r.json()
+
+
+def test_it_decides_many_with_each_ids_own_answer(tokens):
+    theirs = [make_call(tokens["other"][0], session_id=f"s-{i}") for i in range(3)]
+    own = make_call(tokens["approver"][0])
+    decided = make_call(tokens["other"][0], status="skipped")
+    past = make_call(tokens["other"][0])
+    ToolCall.objects.filter(id=past.id).update(expires_at=timezone.now() - datetime.timedelta(seconds=1))
+    unknown = str(uuid.uuid4())
+    ids = [str(c.confirm_id) for c in (*theirs, own, decided, past)] + [unknown, "junk"]
+    status, body = decide(tokens["approver"][1], {"ids": ids, "approve": True})
+    assert status == 200
+    assert body == {
+        "results": {
+            **{str(c.confirm_id): "ok" for c in theirs},
+            str(own.confirm_id): "a token may not reply to its own call",
+            str(decided.confirm_id): "confirmation already resolved or expired",
+            str(past.confirm_id): "confirmation already resolved or expired",
+            unknown: "confirmation not found",
+            "junk": "confirmation not found",
+        }
+    }
+    for call in theirs:
+        call.refresh_from_db()
+        assert (call.status, call.decision, call.decided_by) == ("running", "approve", "token:t-approver")
+    own.refresh_from_db()
+    past.refresh_from_db()
+    assert own.status == "pending" and past.status == "expired"
+
+
+def test_it_denies_many_with_one_reason(tokens):
+    calls_ = [make_call(tokens["other"][0]) for _ in range(4)]
+    status, body = decide(
+        tokens["admin"][1],
+        {"ids": [str(c.confirm_id) for c in calls_], "approve": False, "reason": "a flood"},
+    )
+    assert status == 200 and set(body["results"].values()) == {"ok"}
+    for call in calls_:
+        call.refresh_from_db()
+        assert (call.status, call.result, call.decided_by) == (
+            "skipped",
+            "Skipped by user. Reason: a flood",
+            "token:t-admin",
+        )
+
+
+def test_it_answers_an_agents_batch_as_each_reply_would_be_answered(tokens):
+    mine, theirs = make_call(tokens["agent"][0]), make_call(tokens["other"][0])
+    unknown = str(uuid.uuid4())
+    ids = [str(mine.confirm_id), str(theirs.confirm_id), unknown]
+    assert decide(tokens["agent"][1], {"ids": ids, "approve": True}) == (
+        200,
+        {
+            "results": {
+                str(mine.confirm_id): "a token may not reply to its own call",
+                str(theirs.confirm_id): "this token may not reply to confirmations",
+                unknown: "confirmation not found",
+            }
+        },
+    )
+    assert set(ToolCall.objects.values_list("status", flat=True)) == {"pending"}
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"ids": [str(uuid.uuid4()) for _ in range(501)], "approve": True}, "at most 500 ids"),
+        ({"ids": "abc", "approve": True}, "ids must be a list of ids"),
+        ({"approve": True}, "ids must be a list of ids"),
+        ({"ids": [1, 2], "approve": True}, "ids must be a list of ids"),
+        ({"ids": []}, "approve must be true or false"),
+        ({"ids": [], "approve": "yes"}, "approve must be true or false"),
+        ({"ids": [], "approve": False, "reason": 3}, "reason must be a string"),
+    ],
+)
+def test_it_refuses_a_malformed_batch(tokens, body, message):
+    assert decide(tokens["approver"][1], body) == (400, {"error": message})
+
+
+def test_it_decides_500_in_a_few_queries(tokens, django_assert_max_num_queries):
+    now = timezone.now()
+    ToolCall.objects.bulk_create(
+        ToolCall(
+            session_id="s",
+            tool_name="mcp__srv__tool",
+            server_name="srv",
+            tool="tool",
+            token=tokens["other"][0],
+            confirm_id=uuid.uuid4(),
+            created_at=now,
+            expires_at=now + datetime.timedelta(minutes=5),
+        )
+        for _ in range(500)
+    )
+    ids = [str(cid) for cid in ToolCall.objects.values_list("confirm_id", flat=True)]
+    for approve in (False, True):
+        if approve:
+            ToolCall.objects.update(status="pending", decision="", decided_by="", result="")
+        with django_assert_max_num_queries(12):
+            status, body = decide(tokens["approver"][1], {"ids": ids, "approve": approve})
+        assert status == 200 and list(body["results"].values()) == ["ok"] * 500
+    assert ToolCall.objects.filter(status="running").count() == 500

@@ -308,3 +308,70 @@ def test_it_says_a_deny_rule_now_matches_changed_arguments(signed_in, every, age
     )
     call.refresh_from_db()
     assert call.status == "pending"
+
+
+# --- Many at once (SPEC 24.6) ---------------------------------------------------------------------
+
+
+def test_it_offers_a_checkbox_per_confirmation_and_approve_or_deny_selected(signed_in, every):
+    first, second = make_call(), make_call(arguments={"message": "other"})
+    html = signed_in.get("/pending/").content.decode()
+    batch = re.search(r'<form id="pending-batch".*?</form>', html, re.S).group(0)
+    assert 'action="/pending/decide/"' in batch
+    assert ">Approve selected</button>" in batch and ">Deny selected</button>" in batch
+    assert re.search(r'<label for="batch-reason">Reason</label>', batch)
+    for call in (first, second):
+        box = re.search(
+            rf'<input type="checkbox"[^>]*value="{call.confirm_id}"[^>]*>', card(html, call)
+        ).group(0)
+        assert 'name="ids"' in box and 'form="pending-batch"' in box
+
+
+def test_it_denies_the_selected_confirmations_with_one_reason(signed_in, every):
+    first, second, kept = (
+        make_call(),
+        make_call(arguments={"message": "b"}),
+        make_call(arguments={"message": "c"}),
+    )
+    r = signed_in.post(
+        "/pending/decide/",
+        {"ids": [str(first.confirm_id), str(second.confirm_id)], "action": "deny", "reason": "not now"},
+        follow=True,
+    )
+    assert "Denied 2 of 2." in r.content.decode()
+    for call in (first, second):
+        call.refresh_from_db()
+        assert (call.status, call.result, call.decided_by) == (
+            "skipped",
+            "Skipped by user. Reason: not now",
+            "op",
+        )
+    kept.refresh_from_db()
+    assert kept.status == "pending"
+
+
+def test_it_shows_identical_calls_of_one_token_as_one_row_whose_buttons_decide_them_all(signed_in, every):
+    from mcpcore.models import ApiToken
+
+    token, _ = ApiToken.issue("bot")
+    same = [make_call(token=token, session_id=f"s-{i}") for i in range(3)]
+    other_args = make_call(token=token, arguments={"message": "else"})
+    other_token = make_call(token=ApiToken.issue("bot-2")[0])
+    html = signed_in.get("/pending/").content.decode()
+    row = card(html, same[0])
+    assert re.search(r'<span class="pill count"[^>]*>×3</span>', row)
+    assert f"pending-{same[1].confirm_id}" not in html and f"pending-{same[2].confirm_id}" not in html
+    assert card(html, other_args) and card(html, other_token)
+    box = re.search(r'<input type="checkbox"[^>]*name="ids"[^>]*>', row).group(0)
+    assert ",".join(str(c.confirm_id) for c in same) in box
+    r = signed_in.post(
+        "/pending/decide/",
+        {"ids": [",".join(str(c.confirm_id) for c in same)], "action": "approve"},
+        headers={"HX-Request": "true"},
+    )
+    assert "Approved 3 of 3." in r.content.decode()
+    assert all(c.status == "running" for c in ToolCall.objects.filter(id__in=[c.id for c in same]))
+    assert ToolCall.objects.get(id=other_args.id).status == "pending"
+    # The row's own Approve and Deny post all of its ids.
+    forms = re.findall(r'<form class="(?:approve|deny)"[^>]*action="/pending/decide/".*?</form>', row, re.S)
+    assert len(forms) == 2 and all(f.count('name="ids"') == 3 for f in forms)
