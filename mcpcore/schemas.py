@@ -331,6 +331,31 @@ class Reply(Contract):
         return self
 
 
+# SPEC 24.6: the most confirmations one `POST /v1/pending/decide` decides.
+DECIDE_AT_MOST = 500
+
+
+class Decide(Contract):
+    """Many pending confirmations decided at once (`POST /v1/pending/decide`, the Pending page's
+    `Approve selected` / `Deny selected`, SPEC 24.6): each id is then answered as its own reply
+    would be (`calls.decide`)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    ids: Annotated[
+        list[Annotated[str, Strict()]],
+        Strict(),
+        Message("ids must be a list of ids"),
+        _check(lambda v: len(v) <= DECIDE_AT_MOST, f"at most {DECIDE_AT_MOST} ids"),
+        Field(description="the pending items' ids (`GET /v1/pending`'s `id`)"),
+    ]
+    approve: Annotated[bool, Strict(), Message("approve must be true or false")]
+    reason: Annotated[
+        str, Strict(), Message("reason must be a string"), BeforeValidator(lambda v: v or "")
+    ] = ""
+    """told to the agents of the calls denied"""
+
+
 def schema_problem(schema: object, arguments: dict) -> str | None:
     """Why `arguments` do not match a tool's input schema (SPEC 24.5), or None when they do:
     checked by `jsonschema` under the draft the schema declares in `$schema` (2020-12 when it

@@ -226,6 +226,22 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
             400: "cannot extend past 24 hours",
         },
     ),
+    ("api-pending-decide", "POST"): Operation(
+        "Approve or deny many pending confirmations at once (SPEC 24.6): each id answered as its own"
+        " reply would be",
+        schemas.Decide,
+        answer=_obj(
+            {
+                "results": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string"},
+                    "description": 'each id: "ok", or the error its own reply would have got',
+                }
+            },
+            ("results",),
+        ),
+        errors={400: "at most 500 ids"},
+    ),
     ("api-hooks-claude-code", "POST"): Operation(
         "A Claude Code HTTP hook (PermissionRequest, PreToolUse): a permission prompt held for a person up"
         " to `wait` seconds (query, 1 to 600, default 55), answered in the event's own JSON ({} when"

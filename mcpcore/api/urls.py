@@ -23,6 +23,7 @@ urlpatterns = [
     path("mcp/calls/<str:call_id>", views.mcp_call_detail, name="api-mcp-call-detail"),
     path("mcp/calls/<str:call_id>/cancel", views.mcp_call_cancel, name="api-mcp-call-cancel"),
     _named("pending", views.pending),
+    _named("pending/decide", views.pending_decide),
     path("pending/<str:question_id>/answer", views.pending_answer, name="api-pending-answer"),
     path("pending/<str:item_id>/extend", views.pending_extend, name="api-pending-extend"),
     path("session/<str:session_id>/confirm/<str:confirm_id>", views.confirm, name="api-confirm"),

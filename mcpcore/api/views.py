@@ -18,6 +18,7 @@ from ..schemas import (
     AuthorizeBody,
     CallWait,
     ClaudeCodeHook,
+    Decide,
     InputError,
     ReconnectBody,
     RulesEdit,
@@ -385,6 +386,34 @@ async def pending_extend(request: ApiRequest, item_id: str) -> JsonResponse:
     token = request.api_token
     until = await calls.extend(item_id, lambda item: _item_refusal(token, item))
     return JsonResponse({"ok": True, "expires_at": iso(until)})
+
+
+@api_view(("POST",))
+async def pending_decide(request: ApiRequest) -> JsonResponse:
+    """Many pending confirmations approved or denied at once (SPEC 24.6), each id refused as
+    its own reply would be (12.1)."""
+    from .. import calls
+
+    body = Decide.check(json_body(request))
+    token = request.api_token
+
+    def refusal(call: ToolCall) -> str | None:
+        try:
+            reply_refusal(token, call)
+        except ApiError as exc:
+            return exc.message
+        return None
+
+    results = await calls.decide(
+        body.ids,
+        body.approve,
+        body.reason,
+        _who(request),
+        refusal,
+        local=calls.local_supervisor(request),
+        by=audit.by(request),
+    )
+    return JsonResponse({"results": results})
 
 
 @api_view(("POST",))

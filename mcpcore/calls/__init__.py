@@ -55,7 +55,7 @@ from .approvals import (
 )
 from .questions import extend as extend_question
 from .record import INTERRUPTED, WORKER_LOST, CallError, checked, finish, finish_call, record
-from .replies import ReplyError, expire, expire_due, extend_confirmation, reply
+from .replies import ReplyError, decide_many, expire, expire_due, extend_confirmation, reply
 
 # The package's face: what the doors, the supervisor and the process wiring call.
 __all__ = [
@@ -75,6 +75,7 @@ __all__ = [
     "create",
     "create_permission_prompt",
     "create_read",
+    "decide",
     "dispatch",
     "expire",
     "expire_due",
@@ -321,10 +322,13 @@ async def submit(call: ToolCall, local: LocalSupervisor | None = None) -> None:
         await dispatch(call, local)
 
 
-async def dispatch(call: ToolCall, local: LocalSupervisor | None = None) -> None:
+async def dispatch(
+    call: ToolCall, local: LocalSupervisor | None = None, owners: dict[str, str | None] | None = None
+) -> None:
     """Run an approved call where its server's session is: here when `local` (the supervisor
     of this process) holds it (claimed at creation, or claimed now), else on the owner's
-    channel (if there is no owner, the next one picks it up from the database)."""
+    channel (if there is no owner, the next one picks it up from the database). `owners`
+    keeps the owners' channels looked up, by server, across the calls of a batch."""
     if call.is_permission_prompt:
         return  # answered by the reply itself; there is no server to run it on
     call_id = str(call.id)
@@ -333,7 +337,10 @@ async def dispatch(call: ToolCall, local: LocalSupervisor | None = None) -> None
     elif local is not None and local.holds(call.server_name):
         local.pick_up(call_id)
     else:
-        channel = await db.run(owner_channel, call.server_name)
+        owners = {} if owners is None else owners
+        if call.server_name not in owners:
+            owners[call.server_name] = await db.run(owner_channel, call.server_name)
+        channel = owners[call.server_name]
         if channel:
             await get_channel_layer().send(channel, {"type": "call.run", "call_id": call_id})
 
@@ -511,6 +518,30 @@ async def respond(
         await dispatch(call, local)
     await announce(str(call.id))
     return call
+
+
+async def decide(
+    ids: list[str],
+    approve: bool,
+    reason: str,
+    who: str,
+    refusal: Callable[[ToolCall], str | None] | None = None,
+    local: LocalSupervisor | None = None,
+    by: audit.Actor | None = None,
+) -> dict[str, str]:
+    """Many pending confirmations approved or denied at once, from any door (SPEC 24.6): each
+    id answered as its own reply would be (`refusal(call)`: the replier's refusal of that
+    call, or None), recorded in bulk (`decide_many`); the approved ones run, each call's
+    waiters are told, and the inbox once. Returns each id's result: "ok" or the error."""
+    results, decided = await db.run(decide_many, ids, approve, reason, who, refusal, by)
+    owners: dict[str, str | None] = {}
+    for call in decided:
+        if call.status == CallStatus.RUNNING:
+            await dispatch(call, local, owners)
+    await asyncio.gather(*(announce(str(call.id), pending=False) for call in decided))
+    if decided:
+        await control.asend_group(control.PENDING, {"type": "pending.changed", "call_id": ""})
+    return results
 
 
 async def extend(item_id: str, authorize=None) -> datetime.datetime | None:

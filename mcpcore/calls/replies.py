@@ -6,6 +6,7 @@ import datetime
 import json
 import logging
 import uuid
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import transaction
@@ -81,6 +82,89 @@ def reply(
     call.refresh_from_db()
     count_reply(call)
     return call
+
+
+def decide_many(
+    ids: list[str],
+    approve: bool,
+    reason: str,
+    who: str,
+    refusal: Callable[[ToolCall], str | None] | None = None,
+    by: audit.Actor | None = None,
+) -> tuple[dict[str, str], list[ToolCall]]:
+    """Approve or deny many pending confirmations at once (SPEC 24.6): each id answered as its
+    own reply would be (unknown → 404's text, `refusal(call)` → its text, decided or expired →
+    410's), in three queries for any number: one read, one conditional UPDATE of them all,
+    one read of which rows that UPDATE decided (its `decided_at`, so one decided by someone
+    else meanwhile is told 410, exactly). A permission prompt's approval is its own answer
+    (`reply`, one by one). Returns each id's result ("ok" or the error) and the calls decided."""
+    results: dict[str, str] = {}
+    wanted: dict[str, uuid.UUID] = {}
+    for raw in ids:
+        try:
+            wanted[raw] = uuid.UUID(raw)
+        except ValueError:
+            results[raw] = NOT_FOUND
+    found = {c.confirm_id: c for c in ToolCall.objects.filter(confirm_id__in=set(wanted.values()))}
+    now = timezone.now()
+    chosen: dict[str, ToolCall] = {}
+    for raw, cid in wanted.items():
+        call = found.get(cid)
+        refused = NOT_FOUND if call is None else refusal(call) if refusal is not None else None
+        if call is None or refused is not None:
+            results[raw] = refused or NOT_FOUND
+        elif call.status != CallStatus.PENDING or (call.expires_at and call.expires_at <= now):
+            if call.status == CallStatus.PENDING:
+                expire(call.id)
+            results[raw] = GONE
+        else:
+            chosen[raw] = call
+    decided = _prompts_approved(chosen, who, by, results) if approve else []
+    bulk = {raw: c for raw, c in chosen.items() if raw not in results}
+    fields = _decided_fields(approve, reason, who, now)
+    live = Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+    rows = ToolCall.objects.filter(id__in=[c.id for c in bulk.values()])
+    rows.filter(live, status=CallStatus.PENDING).update(**fields)
+    ours = set(rows.filter(decided_at=now, decided_by=who).values_list("id", flat=True))
+    for raw, call in bulk.items():
+        results[raw] = "ok" if call.id in ours else GONE
+        if call.id in ours:
+            for key, value in fields.items():
+                setattr(call, key, value)
+            count_reply(call)
+            decided.append(call)
+    return {raw: results[raw] for raw in ids}, decided
+
+
+def _decided_fields(approve: bool, reason: str, who: str, now: datetime.datetime) -> dict:
+    """What one UPDATE writes on every confirmation of a batch (`decide_many`)."""
+    decided = {"decided_by": who, "decided_at": now}
+    if approve:
+        return {"status": CallStatus.RUNNING, "decision": CallDecision.APPROVE, **decided}
+    return {
+        "status": CallStatus.SKIPPED,
+        "decision": CallDecision.DENY,
+        "reason": reason,
+        "result": gate.skipped_text(reason),
+        "ended_at": now,
+        **decided,
+    }
+
+
+def _prompts_approved(
+    chosen: dict[str, ToolCall], who: str, by: audit.Actor | None, results: dict[str, str]
+) -> list[ToolCall]:
+    """The permission prompts of a batch approved, each through `reply` (its answer is its
+    own); their results are set in `results`."""
+    approved = []
+    for raw, call in chosen.items():
+        if call.is_permission_prompt:
+            try:
+                approved.append(reply(call.session_id, raw, {"approve": True}, who, by=by))
+                results[raw] = "ok"
+            except ReplyError as exc:
+                results[raw] = exc.message
+    return approved
 
 
 def _confirmation(session_id: str, confirm_id: str) -> ToolCall:

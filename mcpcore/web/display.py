@@ -669,6 +669,20 @@ def extend_message(item_id: str, until: datetime.datetime | None) -> str:
     return f"Extended: {what}{at}."
 
 
+def decided_message(results: dict[str, str], approve: bool) -> str:
+    """The note after many confirmations were decided at once (SPEC 24.6): how many, and why
+    the others were not (each reason once, with how many it stopped)."""
+    done = sum(1 for result in results.values() if result == "ok")
+    said = f"{'Approved' if approve else 'Denied'} {done} of {len(results)}."
+    refused: dict[str, int] = {}
+    for result in results.values():
+        if result != "ok":
+            refused[result] = refused.get(result, 0) + 1
+    for why, count in refused.items():
+        said += f" Not applied to {count}: {why}."
+    return said
+
+
 def answer_message(server: str, action: str) -> str:
     """The note after a person answered a server's question."""
     said = {"accept": "Answer sent", "decline": "Declined", "cancel": "Cancelled"}.get(action, action)

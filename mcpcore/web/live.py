@@ -17,7 +17,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from .. import control, elicitation
-from ..choices import CallStatus, QuestionMode, QuestionStatus
+from ..choices import CallKind, CallStatus, QuestionMode, QuestionStatus
 from ..models import Question, Server, SessionAllowance, ToolCall
 from ..oauth import upstream
 
@@ -165,18 +165,36 @@ def form_field(question: Question, index: int, f: elicitation.Field) -> dict:
     }
 
 
+def _same_call(call: ToolCall) -> tuple | None:
+    """What makes pending tool calls one row of the inbox (SPEC 24.6): one token's (or one
+    person's) calls of one tool with the same arguments; None for the other kinds."""
+    if call.kind != CallKind.TOOL_CONFIRM:
+        return None
+    args = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
+    return call.token_id, call.requested_by, call.tool_name, args
+
+
 def pending_context(rows: list[ToolCall], asked: list[Question] | None = None) -> dict:
     now = timezone.now()
     asked = asked or []
-    items = []
+    items: list[dict] = []
+    rows_of: dict[tuple, dict] = {}
     for call in rows[:PENDING_SHOWN]:
-        items.append(
-            {
-                "call": call,
-                "args": json.dumps(call.arguments, indent=2, ensure_ascii=False),
-                **_left(call.expires_at, now),
-            }
-        )
+        key = _same_call(call)
+        if key is not None and key in rows_of:
+            rows_of[key]["group"].append(call)
+            continue
+        item = {
+            "call": call,
+            "group": [call],  # the calls this row decides: more than one shows as `×<n>`
+            "args": json.dumps(call.arguments, indent=2, ensure_ascii=False),
+            **_left(call.expires_at, now),
+        }
+        items.append(item)
+        if key is not None:
+            rows_of[key] = item
+    for item in items:
+        item["ids"] = ",".join(str(c.confirm_id) for c in item["group"])
     # What the list shows, for the browser to skip swapping in an identical list (a swap in
     # the middle of a click would lose it). Time left is kept current by the page itself; an
     # extension (SPEC 24.4) changes the signature.

@@ -26,6 +26,7 @@ urlpatterns = [
     path("pending/", views.pending, name="pending"),
     path("pending/<str:confirm_id>/reply/", views.pending_reply, name="pending-reply"),
     path("pending/feed/", views.pending_feed, name="pending-feed"),
+    path("pending/decide/", views.pending_decide, name="pending-decide"),
     path("pending/<str:item_id>/extend/", views.pending_extend, name="pending-extend"),
     path("pending/<uuid:confirm_id>/", views.pending_detail, name="pending-detail"),
     path("pending/<uuid:question_id>/answer/", views.pending_answer, name="pending-answer"),

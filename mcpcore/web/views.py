@@ -63,7 +63,7 @@ from ..models import (
     mask_config,
 )
 from ..oauth import clients, grants, upstream
-from ..schemas import InputError, RulesEdit, ViewEdit
+from ..schemas import Decide, InputError, RulesEdit, ViewEdit
 from . import display, live, signin
 from .forms import (
     AuditFilter,
@@ -88,6 +88,7 @@ from .display import (
     claude_code_settings,
     client_config,
     confirmation_context,
+    decided_message,
     definition_changes,
     example_only,
     extend_message,
@@ -634,6 +635,41 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
             # A denial is not a success to flash in green (issue 47).
             said = messages.info if call.decision == CallDecision.DENY else messages.success
             said(request, reply_message(call))
+    return _inbox_after(request)
+
+
+@login_required
+@require_POST
+def pending_decide(request: HtmxRequest) -> HttpResponse:
+    """`Approve selected` / `Deny selected`, and the buttons of a row standing for identical
+    calls (SPEC 24.6): every id decided at once, each answered as its own reply would be. A
+    checked row's box carries all its ids, comma-separated."""
+    ids = [part for value in request.POST.getlist("ids") for part in value.split(",") if part]
+    action = request.POST.get("action", "")
+    if action not in ("approve", "deny"):
+        messages.error(request, "That reply was not understood.")
+        return _inbox_after(request)
+    if not ids:
+        messages.error(request, "Nothing was selected.")
+        return _inbox_after(request)
+    try:
+        body = Decide.check(
+            {"ids": ids, "approve": action == "approve", "reason": request.POST.get("reason")}
+        )
+    except InputError as exc:
+        messages.error(request, f"Not applied: {exc.message}.")
+        return _inbox_after(request)
+    results = control.run_to_end(
+        calls.decide,
+        body.ids,
+        body.approve,
+        body.reason.strip(),
+        request.user.get_username(),
+        local=calls.local_supervisor(request),
+        by=audit.by(request),
+    )
+    said = messages.success if body.approve else messages.info
+    said(request, decided_message(results, body.approve))
     return _inbox_after(request)
 
 
