@@ -17,8 +17,8 @@ database. Who ends a call writes it with one conditional UPDATE (`finish`). Noth
 imports `mcp`, and nothing here holds a supervisor: each call is handed the one it may use.
 
 Beside the path, in this package: `record` (recording a call and ending it), `approvals` (what
-lets a call run unasked, permission prompts), `replies` (a person's reply, expiry),
-`questions` (SPEC 20.4) and `notify` (SPEC 15). The doors use the names below from here.
+lets a call run unasked, permission prompts), `replies` (a person's reply, with changed
+arguments or many at once; extension; expiry), `questions` (SPEC 20.4) and `notify` (SPEC 15). The doors use the names below from here.
 """
 
 import asyncio
