@@ -26,6 +26,7 @@ BENCHES = [
     "overhead",
     "throughput",
     "approval",
+    "decide",
     "watchloop",
     "pages",
     "history",

@@ -1,6 +1,7 @@
 """The confirmation gate's decisions (SPEC 5). Pure: no HTTP, no queries, no mcp; its words are
 `choices`' (modes, the decisions it records, a rule's verdicts)."""
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,6 +74,13 @@ def decide(
 
 def denied_text(rule_line: str) -> str:
     return f"Denied by rule: {rule_line}"
+
+
+def edited_text(who: str, arguments: dict) -> str:
+    """The first line of a call's result when a person changed its arguments (SPEC 24.5): the
+    arguments as run, as compact JSON (the export's form)."""
+    compact = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+    return f"Approved with changed arguments by {who}: {compact}"
 
 
 SKIPPED = "Skipped by user"

@@ -644,6 +644,10 @@ class ToolCall(models.Model):
     # comma-separated, or none): a server's question is relayed to it when it can answer that
     # mode, else it goes to the inbox (SPEC 20.4).
     client_asks = models.CharField(max_length=10, blank=True, default="")
+    # Edit and approve (SPEC 24.5): who changed the arguments before approving, and the
+    # arguments as the agent asked (`arguments` holds them as run); None and "" otherwise.
+    requested_arguments = models.JSONField(null=True, blank=True)
+    edited_by = models.CharField(max_length=150, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at"]
@@ -767,6 +771,8 @@ class ToolCall(models.Model):
                 "rule": self.rule,
                 "via": self.via,
                 "kind": self.history_kind,
+                "requested_arguments": self.requested_arguments,
+                "edited_by": self.edited_by,
             }
         )
         if self.kind == CallKind.RESOURCE:

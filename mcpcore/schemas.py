@@ -312,11 +312,70 @@ class Reply(Contract):
         ),
     ] = None
 
+    arguments: Annotated[
+        dict[str, Any] | None,
+        Message("arguments must be a JSON object"),
+        _sendable("arguments"),
+        Field(
+            description="Edit and approve (SPEC 24.5): with approve, run the tool call with these arguments"
+            " instead; checked against the tool's input schema and the rules again"
+        ),
+    ] = None
+
     @model_validator(mode="after")
     def _grant_needs_approve(self) -> Self:
         if self.remember_for is not None and (not self.approve or self.abort):
             raise refuse("remember_for needs approve")
+        if self.arguments is not None and (not self.approve or self.abort):
+            raise refuse("arguments needs approve")
         return self
+
+
+# SPEC 24.6: the most confirmations one `POST /v1/pending/decide` decides.
+DECIDE_AT_MOST = 500
+
+
+class Decide(Contract):
+    """Many pending confirmations decided at once (`POST /v1/pending/decide`, the Pending page's
+    `Approve selected` / `Deny selected`, SPEC 24.6): each id is then answered as its own reply
+    would be (`calls.decide`)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    ids: Annotated[
+        list[Annotated[str, Strict()]],
+        Strict(),
+        Message("ids must be a list of ids"),
+        _check(lambda v: len(v) <= DECIDE_AT_MOST, f"at most {DECIDE_AT_MOST} ids"),
+        Field(description="the pending items' ids (`GET /v1/pending`'s `id`)"),
+    ]
+    approve: Annotated[bool, Strict(), Message("approve must be true or false")]
+    reason: Annotated[
+        str, Strict(), Message("reason must be a string"), BeforeValidator(lambda v: v or "")
+    ] = ""
+    """told to the agents of the calls denied"""
+
+
+def schema_problem(schema: object, arguments: dict) -> str | None:
+    """Why `arguments` do not match a tool's input schema (SPEC 24.5), or None when they do:
+    checked by `jsonschema` under the draft the schema declares in `$schema` (2020-12 when it
+    declares none); the most relevant error, after the path of the argument it is about."""
+    # Imported here: jsonschema costs some 50 ms at every process's start, and only an edit
+    # needs it.
+    import jsonschema
+
+    if not isinstance(schema, dict):
+        return None  # a tool that declares no object schema takes any object
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return f"the tool's own schema is invalid: {exc.message}"
+    error = jsonschema.exceptions.best_match(cls(schema).iter_errors(arguments))
+    if error is None:
+        return None
+    where = ".".join(str(part) for part in error.absolute_path)
+    return f"{where}: {error.message}" if where else error.message
 
 
 class QuestionAnswer(Contract):

@@ -120,6 +120,8 @@ RIGHTS: dict[tuple[str, str], Right] = {
     ("api-pending", "GET"): Right(calls="list"),
     ("api-confirm", "POST"): Right(calls="reply"),
     ("api-pending-answer", "POST"): Right(calls="reply"),  # a server's question (SPEC 20.4)
+    ("api-pending-extend", "POST"): Right(calls="reply"),  # SPEC 24.4: as a reply
+    ("api-pending-decide", "POST"): Right(calls="reply"),  # SPEC 24.6: each id as its reply
     ("api-hooks-claude-code", "POST"): ANY,  # a permission prompt of the token's own (SPEC 17.1)
     ("api-views", "GET"): ANY,
     ("api-mcp", "GET"): admin_only("read server configuration"),

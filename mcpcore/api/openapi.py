@@ -213,6 +213,35 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
             400: "invalid answer: <field>: <why> (nothing is sent to the server)",
         },
     ),
+    ("api-pending-extend", "POST"): Operation(
+        "Extend a pending confirmation or question: expiry now plus AGENVOY_CONFIRM_TIMEOUT (SPEC 24.4)",
+        answer=_obj(
+            {"ok": {"type": "boolean"}, "expires_at": {"type": "string", "format": "date-time"}},
+            ("ok", "expires_at"),
+        ),
+        # Answered in this order: 404, then 403 (own call, then agent), then 410, then 400.
+        errors={
+            404: "confirmation not found",
+            410: "confirmation already resolved or expired",
+            400: "cannot extend past 24 hours",
+        },
+    ),
+    ("api-pending-decide", "POST"): Operation(
+        "Approve or deny many pending confirmations at once (SPEC 24.6): each id answered as its own"
+        " reply would be",
+        schemas.Decide,
+        answer=_obj(
+            {
+                "results": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string"},
+                    "description": 'each id: "ok", or the error its own reply would have got',
+                }
+            },
+            ("results",),
+        ),
+        errors={400: "at most 500 ids"},
+    ),
     ("api-hooks-claude-code", "POST"): Operation(
         "A Claude Code HTTP hook (PermissionRequest, PreToolUse): a permission prompt held for a person up"
         " to `wait` seconds (query, 1 to 600, default 55), answered in the event's own JSON ({} when"

@@ -81,6 +81,7 @@ _COLUMNS = (
     "id", "session_id", "status", "is_error", "confirm_id", "tool_name", "arguments", "mode",
     "decision", "decided_by", "reason", "created_at", "decided_at", "started_at", "ended_at",
     "expires_at", "truncated", "rule", "via", "server_name", "token__name", "kind",
+    "requested_arguments", "edited_by",
 )  # fmt: skip
 _ENDED = CALL_ENDED
 
@@ -137,6 +138,8 @@ def line_body(c, results: bool, asked: list[dict]) -> dict:
             "rule": c.rule,
             "via": c.via,
             "kind": history_kind(c.kind),
+            "requested_arguments": c.requested_arguments,
+            "edited_by": c.edited_by,
         }
     )
     if c.kind == CallKind.RESOURCE:

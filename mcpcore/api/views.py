@@ -33,6 +33,7 @@ from ..schemas import (
     AuthorizeBody,
     CallWait,
     ClaudeCodeHook,
+    Decide,
     InputError,
     ReconnectBody,
     RulesEdit,
@@ -341,13 +342,62 @@ async def pending_answer(request: ApiRequest, question_id: str) -> JsonResponse:
     body = json_body(request)
     token = request.api_token
 
-    def authorize(question) -> None:
-        if question.guessed:  # not listed for tokens (questions.pending_for): people answer it
-            raise ApiError(questions.NOT_FOUND, 404)
-        reply_refusal(token, question.call)
-
-    await db.run(questions.answer, question_id, body, _who(request), authorize)
+    # A guessed question is not listed for tokens (questions.pending_for): people answer it.
+    await db.run(questions.answer, question_id, body, _who(request), lambda q: _item_refusal(token, q))
     return JsonResponse({"ok": True})
+
+
+def _item_refusal(token, item) -> None:
+    """A token's refusal for a pending item (SPEC 12.1): a confirmation's call as a reply's, a
+    question as an answer's (one filed by guess is the people's: 404 to every token)."""
+    from ..models import Question
+
+    if isinstance(item, Question):
+        from ..calls import questions
+
+        if item.guessed:
+            raise ApiError(questions.NOT_FOUND, 404)
+        item = item.call
+    reply_refusal(token, item)
+
+
+@api_view(("POST",))
+async def pending_extend(request: ApiRequest, item_id: str) -> JsonResponse:
+    """Extend a pending confirmation or question (SPEC 24.4)."""
+    from .. import calls
+    from ..models import iso
+
+    token = request.api_token
+    until = await calls.extend(item_id, lambda item: _item_refusal(token, item))
+    return JsonResponse({"ok": True, "expires_at": iso(until)})
+
+
+@api_view(("POST",))
+async def pending_decide(request: ApiRequest) -> JsonResponse:
+    """Many pending confirmations approved or denied at once (SPEC 24.6), each id refused as
+    its own reply would be (12.1)."""
+    from .. import calls
+
+    body = Decide.check(json_body(request))
+    token = request.api_token
+
+    def refusal(call: ToolCall) -> str | None:
+        try:
+            reply_refusal(token, call)
+        except ApiError as exc:
+            return exc.message
+        return None
+
+    results = await calls.decide(
+        body.ids,
+        body.approve,
+        body.reason,
+        _who(request),
+        refusal,
+        local=calls.local_supervisor(request),
+        by=audit.by(request),
+    )
+    return JsonResponse({"results": results})
 
 
 @api_view(("POST",))

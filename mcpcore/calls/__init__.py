@@ -17,8 +17,8 @@ database. Who ends a call writes it with one conditional UPDATE (`finish`). Noth
 imports `mcp`, and nothing here holds a supervisor: each call is handed the one it may use.
 
 Beside the path, in this package: `record` (recording a call and ending it), `approvals` (what
-lets a call run unasked, permission prompts), `replies` (a person's reply, expiry),
-`questions` (SPEC 20.4) and `notify` (SPEC 15). The doors use the names below from here.
+lets a call run unasked, permission prompts), `replies` (a person's reply, with changed
+arguments or many at once; extension; expiry), `questions` (SPEC 20.4) and `notify` (SPEC 15). The doors use the names below from here.
 """
 
 import asyncio
@@ -53,8 +53,9 @@ from .approvals import (
     session_allowed,
     trusted,
 )
+from .questions import extend as extend_question
 from .record import INTERRUPTED, WORKER_LOST, CallError, checked, finish, finish_call, record
-from .replies import ReplyError, expire, expire_due, reply
+from .replies import ReplyError, decide_many, expire, expire_due, extend_confirmation, reply
 
 # The package's face: what the doors, the supervisor and the process wiring call.
 __all__ = [
@@ -74,9 +75,11 @@ __all__ = [
     "create",
     "create_permission_prompt",
     "create_read",
+    "decide",
     "dispatch",
     "expire",
     "expire_due",
+    "extend",
     "finish",
     "finish_call",
     "get",
@@ -319,10 +322,13 @@ async def submit(call: ToolCall, local: LocalSupervisor | None = None) -> None:
         await dispatch(call, local)
 
 
-async def dispatch(call: ToolCall, local: LocalSupervisor | None = None) -> None:
+async def dispatch(
+    call: ToolCall, local: LocalSupervisor | None = None, owners: dict[str, str | None] | None = None
+) -> None:
     """Run an approved call where its server's session is: here when `local` (the supervisor
     of this process) holds it (claimed at creation, or claimed now), else on the owner's
-    channel (if there is no owner, the next one picks it up from the database)."""
+    channel (if there is no owner, the next one picks it up from the database). `owners`
+    keeps the owners' channels looked up, by server, across the calls of a batch."""
     if call.is_permission_prompt:
         return  # answered by the reply itself; there is no server to run it on
     call_id = str(call.id)
@@ -331,7 +337,10 @@ async def dispatch(call: ToolCall, local: LocalSupervisor | None = None) -> None
     elif local is not None and local.holds(call.server_name):
         local.pick_up(call_id)
     else:
-        channel = await db.run(owner_channel, call.server_name)
+        owners = {} if owners is None else owners
+        if call.server_name not in owners:
+            owners[call.server_name] = await db.run(owner_channel, call.server_name)
+        channel = owners[call.server_name]
         if channel:
             await get_channel_layer().send(channel, {"type": "call.run", "call_id": call_id})
 
@@ -436,9 +445,15 @@ async def _reread(call: ToolCall) -> tuple[ToolCall, bool]:
     """The call as stored, and whether the wait is over (it ended, or its row is gone). A
     pending call is re-read every second by each of its waiters: its status alone first (no
     ORM, no thread hop), the whole row once that has moved. One past its expiry is expired
-    here (and read again)."""
+    here (and read again); one whose row was extended meanwhile (SPEC 24.4) is read again and
+    waited on to its new expiry."""
+    stale = False
     while True:
-        if call.status != CallStatus.PENDING or await db.read(callsql.status, call.id) != CallStatus.PENDING:
+        if (
+            stale
+            or call.status != CallStatus.PENDING
+            or await db.read(callsql.status, call.id) != CallStatus.PENDING
+        ):
             fresh = await db.run(_get, call.id)
             if fresh is None:
                 return call, True
@@ -449,6 +464,7 @@ async def _reread(call: ToolCall) -> tuple[ToolCall, bool]:
             return call, False
         if await db.run(expire, call.id):
             await announce(str(call.id))
+        stale = True
 
 
 def _shielded() -> anyio.CancelScope:
@@ -502,6 +518,41 @@ async def respond(
         await dispatch(call, local)
     await announce(str(call.id))
     return call
+
+
+async def decide(
+    ids: list[str],
+    approve: bool,
+    reason: str,
+    who: str,
+    refusal: Callable[[ToolCall], str | None] | None = None,
+    local: LocalSupervisor | None = None,
+    by: audit.Actor | None = None,
+) -> dict[str, str]:
+    """Many pending confirmations approved or denied at once, from any door (SPEC 24.6): each
+    id answered as its own reply would be (`refusal(call)`: the replier's refusal of that
+    call, or None), recorded in bulk (`decide_many`); the approved ones run, each call's
+    waiters are told, and the inbox once. Returns each id's result: "ok" or the error."""
+    results, decided = await db.run(decide_many, ids, approve, reason, who, refusal, by)
+    owners: dict[str, str | None] = {}
+    for call in decided:
+        if call.status == CallStatus.RUNNING:
+            await dispatch(call, local, owners)
+    await asyncio.gather(*(announce(str(call.id), pending=False) for call in decided))
+    if decided:
+        await control.asend_group(control.PENDING, {"type": "pending.changed", "call_id": ""})
+    return results
+
+
+async def extend(item_id: str, authorize=None) -> datetime.datetime | None:
+    """Extend a pending item (SPEC 24.4) from any door: a confirmation (its `confirm_id`) or a
+    server's question (its id), `authorize(call or question)` refusing as a reply's check does
+    (12.1). Waiters and the inbox are told; returns the new expiry. Raises ReplyError."""
+    call = await db.run(extend_confirmation, item_id, authorize)
+    if call is not None:
+        await announce(str(call.id))
+        return call.expires_at
+    return (await db.run(extend_question, item_id, authorize)).expires_at
 
 
 def agent_left(call_id, left: bool) -> bool:

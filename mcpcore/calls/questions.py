@@ -29,18 +29,17 @@ from django.utils import timezone
 from .. import control, db, elicitation
 from ..choices import CALL_LIVE, QuestionMode, QuestionStatus, Via
 from ..models import Question, ToolCall, iso
-from .replies import ReplyError
+from .replies import EXTEND_LIMIT, GONE, NOT_FOUND, ReplyError, extended_expiry
 
 OPEN = (QuestionStatus.ASKED, QuestionStatus.PENDING)
+# The longest a question in the inbox may wait, extensions included (SPEC 24.4).
+EXTEND_SECONDS = EXTEND_LIMIT.total_seconds()
 ENDED_BY = {
     "accept": QuestionStatus.ANSWERED,
     "decline": QuestionStatus.DECLINED,
     "cancel": QuestionStatus.CANCELLED,
 }
 CANCEL = {"action": "cancel"}
-
-NOT_FOUND = "confirmation not found"
-GONE = "confirmation already resolved or expired"
 
 
 def _tell(call_id, question_id, event: str, inbox: bool) -> None:
@@ -109,6 +108,31 @@ def expire(question: Question) -> bool:
     if changed:
         _tell(question.call_id, question.id, "question.answered", inbox=True)
     return changed == 1
+
+
+def extend(question_id, authorize=None) -> Question:
+    """Extend a question in the inbox (SPEC 24.4), refused in the order of an answer (`answer`),
+    400 past 24 hours; the call's group and the inbox are told (the runner waiting for the
+    answer re-reads the row, and with it the new expiry)."""
+    question = get(question_id)
+    if question is None or question.status == QuestionStatus.ASKED:
+        raise ReplyError(NOT_FOUND, 404)
+    if authorize is not None:
+        authorize(question)
+    now = timezone.now()
+    if question.status == QuestionStatus.PENDING and question.expires_at and question.expires_at <= now:
+        expire(question)
+        raise ReplyError(GONE, 410)
+    if question.status != QuestionStatus.PENDING:
+        raise ReplyError(GONE, 410)
+    until = extended_expiry(question.created_at, now)
+    if not Question.objects.filter(id=question.id, status=QuestionStatus.PENDING, expires_at__gt=now).update(
+        expires_at=until
+    ):
+        raise ReplyError(GONE, 410)
+    question.expires_at = until
+    _tell(question.call_id, question.id, "question.extended", inbox=True)
+    return question
 
 
 def _end(question: Question, answer: dict, who: str, from_status) -> Question | None:

@@ -32,7 +32,7 @@ from mcp_types import (
 
 from .. import calls, control, db, elicitation, gate, results
 from ..calls import questions
-from ..choices import CallKind, CallStatus, Via
+from ..choices import CallKind, CallStatus, QuestionStatus, Via
 from ..models import ToolCall
 from ..oauth import upstream as oauth_upstream
 from .errors import describe, is_session_lost
@@ -70,9 +70,25 @@ async def run_claimed(sup: SessionHost, call: ToolCall) -> ToolCall | None:
         problem = session.describe(exc) if session is not None else describe(exc)
         log.warning("call %s (%s) failed: %s", call_id, call.tool_name, problem)
         status, text, extra = CallStatus.ERROR, f"tool error: {problem}", {"is_error": True}
+    if call.edited_by:
+        text, extra = _told_of_edit(call, text, extra)
     stored = await db.write(calls.finish_call, call, status, text, **extra)
     await calls.announce(call_id, pending=False)
     return stored
+
+
+def _told_of_edit(call: ToolCall, text: str, extra: dict) -> tuple[str, dict]:
+    """The result of a call a person changed before approving (SPEC 24.5) starts with what
+    was run: the first line of the text (a REST agent's result, the history), and a first text
+    item of the upstream result an MCP client gets as it was."""
+    notice = gate.edited_text(call.edited_by, call.arguments)
+    native = extra.get("native_result")
+    if isinstance(native, dict) and isinstance(native.get("content"), list):
+        native = {**native, "content": [{"type": "text", "text": notice}, *native["content"]]}
+        extra = {**extra, "native_result": native}
+    if extra.get("raw_result"):
+        extra = {**extra, "raw_result": f"{notice}\n{extra['raw_result']}"}
+    return f"{notice}\n{text}", extra
 
 
 async def _execute(sup: SessionHost, call: ToolCall) -> tuple[str, str, dict]:
@@ -328,9 +344,10 @@ class Asking:
             # A question this call may not have asked is none of its client's business.
             if call.via == Via.MCP and sure:
                 tg.start_soon(self._waiting)
-            ended = await questions.wait_answer(
-                question, max(float(settings.AGENVOY_CONFIRM_TIMEOUT), RELAYED_FOR)
-            )
+            # One in the inbox ends at its row's expiry, which an extension moves (SPEC 24.4):
+            # waited for up to the 24 hours an extension may reach.
+            bound = RELAYED_FOR if question.status == QuestionStatus.ASKED else questions.EXTEND_SECONDS
+            ended = await questions.wait_answer(question, max(float(settings.AGENVOY_CONFIRM_TIMEOUT), bound))
             tg.cancel_scope.cancel()
         if ended.status in questions.OPEN:
             # Nobody answered in time: the question ends, the server gets a cancel.

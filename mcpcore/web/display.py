@@ -279,7 +279,8 @@ def reply_message(call: ToolCall) -> str:
         CallDecision.GRANT: "Approved for 1 hour",
         CallDecision.DENY: "Denied",
     }
-    return f"{replies.get(call.decision, call.decision)}: {call.tool_name}."
+    said = "Approved with changed arguments" if call.edited_by else replies.get(call.decision, call.decision)
+    return f"{said}: {call.tool_name}."
 
 
 def page_cursor(raw: str | None, key=uuid.UUID) -> tuple[datetime.datetime, object] | None:
@@ -426,6 +427,8 @@ def _history_row(call: "WithAnnotations[ToolCall, _ResultHead]") -> dict:
     return {
         "call": call,
         "args": pretty(call.arguments),
+        # Edit and approve (SPEC 24.5): the arguments as the agent asked them, beside those run.
+        "requested": pretty(call.requested_arguments) if call.edited_by else "",
         "result": result_view(head, complete),
         "complete": complete,
         "took": took(call.duration),
@@ -632,15 +635,50 @@ def _ending(call: ToolCall) -> str:
     return said
 
 
-def confirmation_context(call: ToolCall) -> dict:
+def confirmation_context(call: ToolCall, typed: str | None = None, problem: str = "") -> dict:
+    """A confirmation's own page; a pending tool call's has the `Edit and approve` form (SPEC
+    24.5): the arguments pretty-printed (or as the person `typed` them, with the `problem` the
+    reply found) and the tool's input schema."""
     pending = call.status == CallStatus.PENDING
+    edit = None
+    if pending and call.kind == CallKind.TOOL_CONFIRM:
+        schema = Tool.objects.filter(registered_name=call.tool_name).values_list("input_schema", flat=True)
+        found = schema.first()
+        edit = {
+            "text": pretty(call.arguments) if typed is None else typed,
+            "schema": pretty(found) if found is not None else "",
+            "problem": problem,
+        }
     return {
         "call": call,
         "item": live.pending_context([call])["pending_items"][0] if pending else None,
         "ending": "" if pending else _ending(call),
         "result": result_view(call.result) if call.ended else None,
         "detail": True,
+        "edit": edit,
     }
+
+
+def extend_message(item_id: str, until: datetime.datetime | None) -> str:
+    """The note after a person extended a pending confirmation or question (SPEC 24.4)."""
+    call = ToolCall.objects.filter(confirm_id=item_id).only("tool_name").first()
+    what = call.tool_name if call else "the question from " + Question.objects.get(id=item_id).server_name
+    at = f" until {until.astimezone(datetime.UTC):%H:%M:%S} UTC" if until else ""
+    return f"Extended: {what}{at}."
+
+
+def decided_message(results: dict[str, str], approve: bool) -> str:
+    """The note after many confirmations were decided at once (SPEC 24.6): how many, and why
+    the others were not (each reason once, with how many it stopped)."""
+    done = sum(1 for result in results.values() if result == "ok")
+    said = f"{'Approved' if approve else 'Denied'} {done} of {len(results)}."
+    refused: dict[str, int] = {}
+    for result in results.values():
+        if result != "ok":
+            refused[result] = refused.get(result, 0) + 1
+    for why, count in refused.items():
+        said += f" Not applied to {count}: {why}."
+    return said
 
 
 def answer_message(server: str, action: str) -> str:

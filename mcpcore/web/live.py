@@ -11,12 +11,13 @@ import json
 from urllib.parse import parse_qs, urlsplit
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db.models import Count
 from django.template.loader import render_to_string
 from django.utils import timezone
 
 from .. import control, elicitation
-from ..choices import CallStatus, QuestionMode, QuestionStatus
+from ..choices import CallKind, CallStatus, QuestionMode, QuestionStatus
 from ..models import Question, Server, SessionAllowance, ToolCall
 from ..oauth import upstream
 
@@ -106,6 +107,7 @@ def _left(expires_at, now) -> dict:
     return {
         "seconds_left": max(0, int(left)) if left is not None else None,
         "left_text": clock(left) if left is not None else "",
+        "extend_by": clock(settings.AGENVOY_CONFIRM_TIMEOUT),  # what Extend gives (SPEC 24.4)
     }
 
 
@@ -163,22 +165,41 @@ def form_field(question: Question, index: int, f: elicitation.Field) -> dict:
     }
 
 
+def _same_call(call: ToolCall) -> tuple | None:
+    """What makes pending tool calls one row of the inbox (SPEC 24.6): one token's (or one
+    person's) calls of one tool with the same arguments; None for the other kinds."""
+    if call.kind != CallKind.TOOL_CONFIRM:
+        return None
+    args = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
+    return call.token_id, call.requested_by, call.tool_name, args
+
+
 def pending_context(rows: list[ToolCall], asked: list[Question] | None = None) -> dict:
     now = timezone.now()
     asked = asked or []
-    items = []
+    items: list[dict] = []
+    rows_of: dict[tuple, dict] = {}
     for call in rows[:PENDING_SHOWN]:
-        items.append(
-            {
-                "call": call,
-                "args": json.dumps(call.arguments, indent=2, ensure_ascii=False),
-                **_left(call.expires_at, now),
-            }
-        )
+        key = _same_call(call)
+        if key is not None and key in rows_of:
+            rows_of[key]["group"].append(call)
+            continue
+        item = {
+            "call": call,
+            "group": [call],  # the calls this row decides: more than one shows as `×<n>`
+            "args": json.dumps(call.arguments, indent=2, ensure_ascii=False),
+            **_left(call.expires_at, now),
+        }
+        items.append(item)
+        if key is not None:
+            rows_of[key] = item
+    for item in items:
+        item["ids"] = ",".join(str(c.confirm_id) for c in item["group"])
     # What the list shows, for the browser to skip swapping in an identical list (a swap in
-    # the middle of a click would lose it). Time left is kept current by the page itself.
-    shown = ",".join(f"{c.confirm_id}" for c in rows[:PENDING_SHOWN])
-    shown += ";" + ",".join(f"{q.id}" for q in asked[:PENDING_SHOWN])
+    # the middle of a click would lose it). Time left is kept current by the page itself; an
+    # extension (SPEC 24.4) changes the signature.
+    shown = ",".join(f"{c.confirm_id}@{c.expires_at}" for c in rows[:PENDING_SHOWN])
+    shown += ";" + ",".join(f"{q.id}@{q.expires_at}" for q in asked[:PENDING_SHOWN])
     return {
         "pending_sig": hashlib.sha1(shown.encode()).hexdigest()[:16],
         "pending_items": items,

@@ -65,7 +65,7 @@ from ..models import (
     mask_config,
 )
 from ..oauth import clients, grants, upstream
-from ..schemas import InputError, RulesEdit, ViewEdit
+from ..schemas import Decide, InputError, RulesEdit, ViewEdit
 from . import display, live, signin
 from .forms import (
     AuditFilter,
@@ -94,8 +94,10 @@ from .display import (
     claude_code_settings,
     client_config,
     confirmation_context,
+    decided_message,
     definition_changes,
     example_only,
+    extend_message,
     file_problems,
     history_page,
     keyset_page,
@@ -216,6 +218,7 @@ class _Refusal:
     def __init__(self) -> None:
         self.caught = False
         self.message = ""
+        self.status = 0
 
     def __bool__(self) -> bool:
         return self.caught
@@ -225,7 +228,7 @@ class _Refusal:
 
     def __exit__(self, kind, exc, traceback) -> bool:
         if isinstance(exc, calls.CallError):
-            self.caught, self.message = True, exc.message
+            self.caught, self.message, self.status = True, exc.message, exc.status
             return True
         return False
 
@@ -640,6 +643,73 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
     return _inbox_after(request)
 
 
+@login_required
+@require_POST
+def pending_decide(request: HtmxRequest) -> HttpResponse:
+    """`Approve selected` / `Deny selected`, and the buttons of a row standing for identical
+    calls (SPEC 24.6): every id decided at once, each answered as its own reply would be. A
+    checked row's box carries all its ids, comma-separated."""
+    ids = [part for value in request.POST.getlist("ids") for part in value.split(",") if part]
+    action = request.POST.get("action", "")
+    if action not in ("approve", "deny"):
+        messages.error(request, "That reply was not understood.")
+        return _inbox_after(request)
+    if not ids:
+        messages.error(request, "Nothing was selected.")
+        return _inbox_after(request)
+    try:
+        body = Decide.check(
+            {"ids": ids, "approve": action == "approve", "reason": request.POST.get("reason")}
+        )
+    except InputError as exc:
+        messages.error(request, f"Not applied: {exc.message}.")
+        return _inbox_after(request)
+    results = control.run_to_end(
+        calls.decide,
+        body.ids,
+        body.approve,
+        body.reason.strip(),
+        request.user.get_username(),
+        local=calls.local_supervisor(request),
+        by=audit.by(request),
+    )
+    said = messages.success if body.approve else messages.info
+    said(request, decided_message(results, body.approve))
+    return _inbox_after(request)
+
+
+@login_required
+@require_POST
+def pending_edit(request: HtmxRequest, confirm_id: uuid.UUID) -> HttpResponse:
+    """Edit and approve (SPEC 24.5): run a pending tool call with the arguments typed on its
+    page. What is wrong with them (not a JSON object, the tool's schema, a deny rule) is said
+    in the form, which keeps them, and the call stays pending."""
+    call = get_object_or_404(ToolCall, confirm_id=confirm_id)
+    typed = request.POST.get("arguments", "")
+    try:
+        arguments = json.loads(typed)
+    except (ValueError, RecursionError):
+        arguments = typed  # not JSON: the reply's check says it is no JSON object
+    with _Refusal() as refused:
+        call = control.run_to_end(
+            calls.respond,
+            call.session_id,
+            str(confirm_id),
+            {"approve": True, "arguments": arguments},
+            request.user.get_username(),
+            local=calls.local_supervisor(request),
+            by=audit.by(request),
+        )
+    if refused and refused.status == 400:
+        context = confirmation_context(call, typed, refused.message)
+        return render(request, "mcpcore/pending_detail.html", context, status=400)
+    if refused:
+        messages.error(request, f"Not applied: {refused.message}.")
+    else:
+        messages.success(request, reply_message(call))
+    return redirect("pending-detail", confirm_id)
+
+
 def _inbox_after(request: HtmxRequest) -> HttpResponse:
     """After a reply or an answer: the inbox's list (and its badge and allowances) for htmx,
     else back where the person came from."""
@@ -655,6 +725,20 @@ def _inbox_after(request: HtmxRequest) -> HttpResponse:
             oob=("base.html#pending-badge", "mcpcore/pending_list.html#allowances"),
         )
     return _back(request, "pending")
+
+
+@login_required
+@require_POST
+def pending_extend(request: HtmxRequest, item_id: str) -> HttpResponse:
+    """Extend a pending confirmation or a server's question (SPEC 24.4): the inbox's and the
+    item's own page's `Extend`."""
+    with _Refusal() as refused:
+        until = control.run_to_end(calls.extend, item_id)
+    if refused:
+        messages.error(request, f"Not extended: {refused.message}.")
+    else:
+        messages.success(request, extend_message(item_id, until))
+    return _inbox_after(request)
 
 
 @login_required
@@ -780,6 +864,7 @@ def call_detail(request: HtmxRequest, call_id: uuid.UUID) -> HttpResponse:
     context.update(
         questions=question_rows(questions.of_call(call.id)),
         args=pretty(call.arguments),
+        requested=pretty(call.requested_arguments) if call.edited_by else "",
         raw=result_view(raw) if raw else None,
         raw_size=len(raw.encode()) if raw else 0,
     )

@@ -56,6 +56,9 @@ EXPECT: dict[tuple[str, str], dict] = {
     ("api-pending", "GET"): same(OK),
     ("api-confirm", "POST"): {"agent": denied("reply to confirmations"), "approver": OK, "admin": OK},
     ("api-pending-answer", "POST"): {"agent": denied("reply to confirmations"), "approver": OK, "admin": OK},
+    ("api-pending-extend", "POST"): {"agent": denied("reply to confirmations"), "approver": OK, "admin": OK},
+    # Each id answered as its own reply (SPEC 24.6): the request itself is 200 for every role.
+    ("api-pending-decide", "POST"): same(OK),
     ("api-mcp", "GET"): admin_only("read server configuration"),
     ("api-mcp", "POST"): admin_only("change servers", (400, "name is required")),
     ("api-mcp-remove", "POST"): admin_only("change servers", (404, "server not found")),
@@ -82,6 +85,7 @@ BODIES = {
     "api-mcp-authorize": {"name": "nope"},
     "api-confirm": {"approve": False, "reason": "no"},
     "api-pending-answer": {"action": "decline"},
+    "api-pending-decide": {"ids": [], "approve": False},
     "api-rules": {"rules": []},
 }
 
@@ -159,6 +163,8 @@ def _path(name: str, call: ToolCall) -> str:
         kwargs = {"call_id": str(call.id)}
     elif name == "api-confirm":
         kwargs = {"session_id": call.session_id, "confirm_id": str(call.confirm_id)}
+    elif name == "api-pending-extend":
+        kwargs = {"item_id": str(call.confirm_id)}
     elif name == "api-pending-answer":
         # A question the server of `call` asks (the call left as it is: only the question is
         # the pending item here).

@@ -201,3 +201,177 @@ def test_it_shows_a_prompt_or_resource_on_the_one_tap_page(client, every, settin
         link = onetap.url("", settings.SECRET_KEY, call.confirm_id, onetap.APPROVE, target.pk)
         html = client.get(link).content.decode()
         assert f'<h1 class="break">{heading}</h1>' in html and ">Approve</button>" in html
+
+
+# --- Extend (SPEC 24.4) ---------------------------------------------------------------------------
+
+
+def test_it_offers_extend_in_the_inbox_and_on_the_confirmations_page(signed_in, every, settings):
+    settings.AGENVOY_CONFIRM_TIMEOUT = 900
+    call = make_call(expires_at=timezone.now() + datetime.timedelta(seconds=30))
+    extend_form = rf'<form class="extend" method="post" action="/pending/{call.confirm_id}/extend/"'
+    for page in ("/pending/", f"/pending/{call.confirm_id}/"):
+        item = card(signed_in.get(page).content.decode(), call)
+        assert re.search(extend_form, item) and ">Extend</button>" in item, page
+    r = signed_in.post(f"/pending/{call.confirm_id}/extend/", headers={"HX-Request": "true"})
+    call.refresh_from_db()
+    assert 895 < (call.expires_at - timezone.now()).total_seconds() <= 900
+    html = r.content.decode()
+    assert html.lstrip().startswith('<div id="pending-list"') and "Extended: mcp__every__echo" in html
+    # The list re-renders with the new time (its signature changed with the expiry).
+    assert re.search(r">1[45]:\d\d</time> left", card(html, call))
+    r = signed_in.post(f"/pending/{call.confirm_id}/extend/", {"next": f"/pending/{call.confirm_id}/"})
+    assert r.status_code == 302 and r["Location"] == f"/pending/{call.confirm_id}/"
+
+
+def test_it_says_so_when_an_extension_would_pass_24_hours_or_the_call_has_ended(signed_in, every):
+    call = make_call(created_at=timezone.now() - datetime.timedelta(hours=23, minutes=58))
+    before = call.expires_at
+    r = signed_in.post(f"/pending/{call.confirm_id}/extend/", follow=True)
+    assert "Not extended: cannot extend past 24 hours." in r.content.decode()
+    call.refresh_from_db()
+    assert call.expires_at == before
+    done = make_call(status="skipped", confirm_id=uuid.uuid4())
+    r = signed_in.post(f"/pending/{done.confirm_id}/extend/", follow=True)
+    assert "Not extended: confirmation already resolved or expired." in r.content.decode()
+
+
+# --- Edit and approve (SPEC 24.5) -----------------------------------------------------------------
+
+
+def test_it_offers_edit_and_approve_on_a_tool_calls_page_with_its_arguments_and_schema(signed_in, every):
+    call = make_call(arguments={"message": "hi", "count": 2})
+    html = signed_in.get(f"/pending/{call.confirm_id}/").content.decode()
+    form = re.search(r'<form class="edit".*?</form>', html, re.S).group(0)
+    assert f'action="/pending/{call.confirm_id}/edit/"' in form and ">Edit and approve</button>" in form
+    assert re.search(
+        r"<textarea[^>]*name=\"arguments\"[^>]*>\n?\{\n  &quot;message&quot;: &quot;hi&quot;,\n  &quot;count&quot;: 2\n\}</textarea>",
+        form,
+    )
+    assert re.search(r'<label for="edit-[^"]+">Arguments</label>', form)
+    assert "&quot;required&quot;: [\n    &quot;message&quot;\n  ]" in html  # the tool's input schema, shown
+    # Not in the inbox's card, and not for a prompt (only a tool call's arguments change).
+    assert 'class="edit"' not in signed_in.get("/pending/").content.decode()
+    prompt = make_call(kind="prompt", tool="review", arguments={"style": "terse"})
+    assert 'class="edit"' not in signed_in.get(f"/pending/{prompt.confirm_id}/").content.decode()
+
+
+def test_it_runs_the_changed_arguments_and_history_shows_both(signed_in, every):
+    call = make_call(arguments={"message": "hi"})
+    r = signed_in.post(f"/pending/{call.confirm_id}/edit/", {"arguments": '{"message": "bye", "loud": true}'})
+    assert r.status_code == 302 and r["Location"] == f"/pending/{call.confirm_id}/"
+    call.refresh_from_db()
+    assert call.status == "running" and call.arguments == {"message": "bye", "loud": True}
+    assert (
+        call.requested_arguments == {"message": "hi"} and call.edited_by == "op" and call.decided_by == "op"
+    )
+    history = signed_in.get("/history/").content.decode()
+    row = re.search(
+        rf'<tr[^>]*>(?:(?!</tr>).)*href="/history/{call.id}/"(?:(?!</tr>).)*</tr>', history, re.S
+    ).group(0)
+    assert "Changed by op" in row and "&quot;bye&quot;" in row and "&quot;hi&quot;" in row
+    page = signed_in.get(f"/history/{call.id}/").content.decode()
+    assert "Arguments as asked" in page and "Arguments as run" in page and "Changed by</dt><dd>op" in page
+    assert "&quot;message&quot;: &quot;hi&quot;" in page and "&quot;message&quot;: &quot;bye&quot;" in page
+
+
+@pytest.mark.parametrize(
+    "typed, said",
+    [
+        (
+            '{"message": 7}',
+            "arguments do not match the tool&#x27;s schema: message: 7 is not of type &#x27;string&#x27;",
+        ),
+        ("{not json", "arguments must be a JSON object"),
+        ('["a"]', "arguments must be a JSON object"),
+    ],
+)
+def test_it_says_what_is_wrong_with_changed_arguments_and_keeps_them_in_the_form(
+    signed_in, every, typed, said
+):
+    call = make_call()
+    r = signed_in.post(f"/pending/{call.confirm_id}/edit/", {"arguments": typed})
+    html = r.content.decode()
+    assert r.status_code == 400 and said in html
+    form = re.search(r'<form class="edit".*?</form>', html, re.S).group(0)
+    assert said in form and typed.replace('"', "&quot;") in form and 'aria-invalid="true"' in form
+    call.refresh_from_db()
+    assert call.status == "pending" and call.arguments == {"message": "hi"}
+
+
+def test_it_says_a_deny_rule_now_matches_changed_arguments(signed_in, every, agenvoy_home):
+    (agenvoy_home / "rules").write_text("deny mcp__every__echo(message:rm *)\n")
+    call = make_call()
+    r = signed_in.post(f"/pending/{call.confirm_id}/edit/", {"arguments": '{"message": "rm -rf /"}'})
+    assert (
+        r.status_code == 400 and "Denied by rule: deny mcp__every__echo(message:rm *)" in r.content.decode()
+    )
+    call.refresh_from_db()
+    assert call.status == "pending"
+
+
+# --- Many at once (SPEC 24.6) ---------------------------------------------------------------------
+
+
+def test_it_offers_a_checkbox_per_confirmation_and_approve_or_deny_selected(signed_in, every):
+    first, second = make_call(), make_call(arguments={"message": "other"})
+    html = signed_in.get("/pending/").content.decode()
+    batch = re.search(r'<form id="pending-batch".*?</form>', html, re.S).group(0)
+    assert 'action="/pending/decide/"' in batch
+    assert ">Approve selected</button>" in batch and ">Deny selected</button>" in batch
+    assert re.search(r'<label for="batch-reason">Reason</label>', batch)
+    for call in (first, second):
+        box = re.search(
+            rf'<input type="checkbox"[^>]*value="{call.confirm_id}"[^>]*>', card(html, call)
+        ).group(0)
+        assert 'name="ids"' in box and 'form="pending-batch"' in box
+
+
+def test_it_denies_the_selected_confirmations_with_one_reason(signed_in, every):
+    first, second, kept = (
+        make_call(),
+        make_call(arguments={"message": "b"}),
+        make_call(arguments={"message": "c"}),
+    )
+    r = signed_in.post(
+        "/pending/decide/",
+        {"ids": [str(first.confirm_id), str(second.confirm_id)], "action": "deny", "reason": "not now"},
+        follow=True,
+    )
+    assert "Denied 2 of 2." in r.content.decode()
+    for call in (first, second):
+        call.refresh_from_db()
+        assert (call.status, call.result, call.decided_by) == (
+            "skipped",
+            "Skipped by user. Reason: not now",
+            "op",
+        )
+    kept.refresh_from_db()
+    assert kept.status == "pending"
+
+
+def test_it_shows_identical_calls_of_one_token_as_one_row_whose_buttons_decide_them_all(signed_in, every):
+    from mcpcore.models import ApiToken
+
+    token, _ = ApiToken.issue("bot")
+    same = [make_call(token=token, session_id=f"s-{i}") for i in range(3)]
+    other_args = make_call(token=token, arguments={"message": "else"})
+    other_token = make_call(token=ApiToken.issue("bot-2")[0])
+    html = signed_in.get("/pending/").content.decode()
+    row = card(html, same[0])
+    assert re.search(r'<span class="pill count"[^>]*>×3</span>', row)
+    assert f"pending-{same[1].confirm_id}" not in html and f"pending-{same[2].confirm_id}" not in html
+    assert card(html, other_args) and card(html, other_token)
+    box = re.search(r'<input type="checkbox"[^>]*name="ids"[^>]*>', row).group(0)
+    assert ",".join(str(c.confirm_id) for c in same) in box
+    r = signed_in.post(
+        "/pending/decide/",
+        {"ids": [",".join(str(c.confirm_id) for c in same)], "action": "approve"},
+        headers={"HX-Request": "true"},
+    )
+    assert "Approved 3 of 3." in r.content.decode()
+    assert all(c.status == "running" for c in ToolCall.objects.filter(id__in=[c.id for c in same]))
+    assert ToolCall.objects.get(id=other_args.id).status == "pending"
+    # The row's own Approve and Deny post all of its ids.
+    forms = re.findall(r'<form class="(?:approve|deny)"[^>]*action="/pending/decide/".*?</form>', row, re.S)
+    assert len(forms) == 2 and all(f.count('name="ids"') == 3 for f in forms)

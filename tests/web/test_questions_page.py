@@ -294,3 +294,14 @@ def test_it_words_a_question_for_the_browsers_notification(signed_in, every):
             "url": f"/pending/{q.id}/",
         }
     ]
+
+
+def test_it_extends_a_question_from_the_inbox(signed_in, every, settings):
+    settings.AGENVOY_CONFIRM_TIMEOUT = 1200
+    question = ask()
+    item = card(signed_in.get("/pending/").content.decode(), question)
+    assert f'action="/pending/{question.id}/extend/"' in item and ">Extend</button>" in item
+    r = signed_in.post(f"/pending/{question.id}/extend/", follow=True)
+    question.refresh_from_db()
+    assert 1195 < (question.expires_at - timezone.now()).total_seconds() <= 1200
+    assert "Extended: the question from every" in r.content.decode()
