@@ -16,6 +16,8 @@ from urllib.parse import unquote, urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from mcpcore.choices import PersonRole
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("AGENVOY_DATA_DIR", BASE_DIR / "data"))
 if not DATA_DIR.is_dir():
@@ -444,9 +446,6 @@ AGENVOY_OIDC_REDIRECT_URI = f"{AGENVOY_PUBLIC_URL}/accounts/oidc/sso/login/callb
 
 def _issuer(name: str, url: str) -> str:
     """An `https` issuer, or `http` on a loopback address (a provider on the same machine)."""
-    import ipaddress
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises on a bad port
@@ -469,8 +468,6 @@ def _issuer(name: str, url: str) -> str:
 def _oidc_roles(name: str) -> list[tuple[str, frozenset[str]]]:
     """`admin:platform;approver:ops,oncall;viewer:*` as [(role, its groups)], highest role first
     (the order a sign-in tries them in); `*` is anyone the provider signs in. Empty: unset."""
-    from mcpcore.choices import PersonRole
-
     raw = os.environ.get(name, "").strip()
     found: dict[str, frozenset[str]] = {}
     for entry in (e.strip() for e in raw.split(";")):

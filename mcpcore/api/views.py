@@ -18,6 +18,7 @@ from ..models import (
     AppGrant,
     OAuthAccount,
     Prompt,
+    Question,
     Resource,
     ResourceTemplate,
     Server,
@@ -350,11 +351,7 @@ async def pending_answer(request: ApiRequest, question_id: str) -> JsonResponse:
 def _item_refusal(token, item) -> None:
     """A token's refusal for a pending item (SPEC 12.1): a confirmation's call as a reply's, a
     question as an answer's (one filed by guess is the people's: 404 to every token)."""
-    from ..models import Question
-
     if isinstance(item, Question):
-        from ..calls import questions
-
         if item.guessed:
             raise ApiError(questions.NOT_FOUND, 404)
         item = item.call
@@ -364,9 +361,6 @@ def _item_refusal(token, item) -> None:
 @api_view(("POST",))
 async def pending_extend(request: ApiRequest, item_id: str) -> JsonResponse:
     """Extend a pending confirmation or question (SPEC 24.4)."""
-    from .. import calls
-    from ..models import iso
-
     token = request.api_token
     until = await calls.extend(item_id, lambda item: _item_refusal(token, item))
     return JsonResponse({"ok": True, "expires_at": iso(until)})
@@ -376,8 +370,6 @@ async def pending_extend(request: ApiRequest, item_id: str) -> JsonResponse:
 async def pending_decide(request: ApiRequest) -> JsonResponse:
     """Many pending confirmations approved or denied at once (SPEC 24.6), each id refused as
     its own reply would be (12.1)."""
-    from .. import calls
-
     body = Decide.check(json_body(request))
     token = request.api_token
 
