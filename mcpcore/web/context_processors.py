@@ -1,6 +1,9 @@
-"""Template context every page needs: the pending-confirmations badge in the navigation."""
+"""Template context every page needs: the pending-confirmations badge in the navigation, and
+what the person's role lets the page offer (`may`, SPEC 23.1)."""
 
 from django.http import HttpRequest
+
+from . import roles
 
 
 def pending_badge(request: HttpRequest) -> dict:
@@ -14,4 +17,6 @@ def pending_badge(request: HttpRequest) -> dict:
 
         return badge_text(pending_count())
 
-    return {"pending_badge": badge}
+    # RoleCheck read the role before the view; a page it did not see (an error page) reads it.
+    role = getattr(request, "person_role", None) or roles.role_of(user)
+    return {"pending_badge": badge, "may": roles.may(role)}
