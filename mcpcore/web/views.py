@@ -1297,7 +1297,9 @@ class SetPassword(PasswordResetConfirmView):
 
     def dispatch(self, *args, **kwargs) -> HttpResponseBase:
         response = super().dispatch(*args, **kwargs)
-        if not self.validlink:
+        # A good link is first redirected to the form (its token moved into the session);
+        # only the page of a bad one is the 410.
+        if not self.validlink and response.status_code == 200:
             response.status_code = 410
         return response
 
