@@ -90,6 +90,11 @@ def test_it_removes_a_group_unless_a_rule_names_it(api, people, agenvoy_home):
     r = api.post("/v1/groups/remove", {"name": "ops"})
     assert (r.status_code, r.json()) == (400, {"error": "group ops is used by rules"})
     assert Group.objects.filter(name="ops").exists()
+    api.post("/v1/groups", {"name": "spare"})
+    api.post("/v1/groups", {"name": "early", "escalate_to": "spare", "escalate_after_minutes": 5})
+    r = api.post("/v1/groups/remove", {"name": "spare"})
+    assert (r.status_code, r.json()) == (400, {"error": "group spare is escalated to from another group"})
+    assert api.post("/v1/groups/remove", {"name": "early"}).json() == {"ok": True}
     assert api.post("/v1/groups/remove", {"name": "spare"}).json() == {"ok": True}
     r = api.post("/v1/groups/remove", {"name": "spare"})
     assert (r.status_code, r.json()) == (404, {"error": "group not found"})
