@@ -177,14 +177,15 @@ def save_group(
     User = get_user_model()
     members = []
     for username in people:
-        user = User.objects.filter(username=username).first()
+        # A NUL can't be in a username, and PostgreSQL refuses it in a query.
+        user = User.objects.filter(username=username).first() if "\x00" not in username else None
         if user is None:
             raise PeopleError(f"unknown person: {username}")
         members.append(user)
     with transaction.atomic():
         target = None
         if escalate_to is not None:
-            target = Group.objects.filter(name=escalate_to).first()
+            target = Group.objects.filter(name=escalate_to).first() if GROUP_NAME.match(escalate_to) else None
             if target is None or escalate_to == name:
                 raise PeopleError(f"unknown group: {escalate_to}")
         group, made = Group.objects.get_or_create(name=name)
@@ -215,7 +216,7 @@ def _named_by_rules() -> set[str]:
 def remove_group(name: str, by: audit.Actor) -> None:
     """Remove a group no rule names (404 `group not found`; 400 while a rule names it)."""
     with transaction.atomic():
-        group = Group.objects.filter(name=name).first()
+        group = Group.objects.filter(name=name).first() if GROUP_NAME.match(name) else None
         if group is None:
             raise PeopleError("group not found", 404)
         if name in _named_by_rules():

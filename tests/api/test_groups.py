@@ -58,6 +58,9 @@ def test_it_makes_lists_and_replaces_a_group(api, people):
         ({"name": 5}, "invalid group name"),
         ({"name": "ops", "people": ["ann", "zed"]}, "unknown person: zed"),
         ({"name": "ops", "escalate_to": "nowhere"}, "unknown group: nowhere"),
+        # A NUL is no name (and PostgreSQL refuses it in a query: never a 500).
+        ({"name": "ops", "people": ["a\x00b"]}, "unknown person: a\x00b"),
+        ({"name": "ops", "escalate_to": "o\x00"}, "unknown group: o\x00"),
         (
             {"name": "ops", "escalate_after_minutes": 0},
             "escalate_after_minutes must be a whole number from 1",
@@ -97,6 +100,8 @@ def test_it_removes_a_group_unless_a_rule_names_it(api, people, agenvoy_home):
     assert api.post("/v1/groups/remove", {"name": "early"}).json() == {"ok": True}
     assert api.post("/v1/groups/remove", {"name": "spare"}).json() == {"ok": True}
     r = api.post("/v1/groups/remove", {"name": "spare"})
+    assert (r.status_code, r.json()) == (404, {"error": "group not found"})
+    r = api.post("/v1/groups/remove", {"name": "sp\x00are"})
     assert (r.status_code, r.json()) == (404, {"error": "group not found"})
     assert AuditEntry.objects.filter(action="group.remove", object="spare").count() == 1
 

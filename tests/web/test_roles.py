@@ -10,6 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
+from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from mcpcore import control
@@ -360,3 +361,24 @@ def test_it_refuses_a_viewers_reply_through_the_pending_page_and_changes_nothing
     assert r.status_code == 302
     call.refresh_from_db()
     assert call.status != "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_it_closes_a_persons_live_socket_when_their_role_changes(agenvoy_home):
+    """The socket reads the role when it opens: a role changed on the People page closes the
+    person's sockets, and the browser opens them again with the new one."""
+    from tests.web.test_live import _signed_in_browser, _socket_of
+
+    browser = await _signed_in_browser("ws-demoted")
+    user = await User.objects.aget(username="ws-demoted")
+    await Person.objects.acreate(user=user, role=PersonRole.APPROVER)
+    comm, connected = await _socket_of(browser)
+    assert connected
+    boss = await sync_to_async(User.objects.create_user)("ws-boss")
+    admin = Client()
+    await sync_to_async(admin.force_login)(boss)
+    r = await sync_to_async(admin.post)(f"/people/{user.pk}/edit/", {"role": "viewer", "groups": ""})
+    assert r.status_code == 302
+    assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
+    await comm.wait()
