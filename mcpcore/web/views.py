@@ -57,6 +57,7 @@ from ..models import (
     AppClient,
     AppGrant,
     AuditEntry,
+    Group,
     NotificationTarget,
     PermissionGrant,
     Question,
@@ -1266,7 +1267,9 @@ def _group_fields(request: HtmxRequest, name: str) -> dict:
 def group_save(request: HtmxRequest, name: str | None = None) -> HttpResponse:
     """Add a group (`name` from the form) or change one's members and escalation."""
     target = name if name is not None else request.POST.get("name", "").strip()
-    if name is None and people.Group.objects.filter(name=target).exists():
+    if name is not None:
+        get_object_or_404(Group, name=name)  # an edit changes a group that is there
+    elif Group.objects.filter(name=target).exists():
         return _people_page(request, error=f"group {target} already exists", status=400)
     try:
         fields = _group_fields(request, target)

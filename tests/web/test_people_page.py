@@ -204,6 +204,8 @@ def test_it_adds_changes_and_removes_groups(client, boss, ann, agenvoy_home):
     ):
         r = client.post("/people/groups/add/", data)
         assert r.status_code == 400 and message in r.content.decode(), data
+    assert client.post("/people/groups/nope/edit/", {"people": ""}).status_code == 404
+    assert client.post("/people/groups/nope/remove/").status_code == 404
     (agenvoy_home / "rules").write_text("ask[ops] mcp__every__*\n")
     r = client.post("/people/groups/ops/remove/")
     assert r.status_code == 400 and "group ops is used by rules" in r.content.decode()
