@@ -287,6 +287,8 @@ MIDDLEWARE = [
     "allauth.account.middleware.AccountMiddleware",
     "allauth.usersessions.middleware.UserSessionsMiddleware",
     "mcpcore.web.signin.RequireSecondFactor",
+    # After the hold above (a held person is sent to Account, which every role may use).
+    "mcpcore.web.roles.RoleCheck",
     # Last, as its documentation asks: it turns a lockout into the sign-in page's 429.
     "axes.middleware.AxesMiddleware",
 ]
@@ -376,6 +378,9 @@ CACHES = {
     }
 }
 
+# The one-time link where a person added on the People page sets a password (SPEC 23.1), and
+# a mailed password reset: Django's token, good for 24 hours and spent once a password is set.
+PASSWORD_RESET_TIMEOUT = 24 * 3600
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]

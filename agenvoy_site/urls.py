@@ -71,6 +71,8 @@ urlpatterns = [
     # (second factors, password, sessions) under accounts/, reached from the Account page.
     path("login/", signin.login, name="login"),
     path("logout/", account_views.logout, name="logout"),
+    # A person added on the People page sets their password here (SPEC 23.1), signed out.
+    path("set-password/<uidb64>/<token>/", views.SetPassword.as_view(), name="set-password"),
     path("accounts/", include(_allauth)),
     path("", include("mcpcore.web.urls")),
 ]

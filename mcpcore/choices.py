@@ -201,6 +201,11 @@ class AuditAction(TextChoices):
     SIGNIN_LOCKED = "signin.locked", "signin.locked"
     MFA_ADD = "mfa.add", "mfa.add"
     MFA_REMOVE = "mfa.remove", "mfa.remove"
+    PERSON_ADD = "person.add", "person.add"
+    PERSON_EDIT = "person.edit", "person.edit"
+    GROUP_ADD = "group.add", "group.add"
+    GROUP_EDIT = "group.edit", "group.edit"
+    GROUP_REMOVE = "group.remove", "group.remove"
 
 
 class QuestionMode(TextChoices):

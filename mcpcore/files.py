@@ -453,6 +453,13 @@ def read_rules_text() -> str:
         raise ConfigFileError(f"rules can't be read: {exc}") from None
 
 
+def group_names() -> set[str]:
+    """The groups that exist: a rule naming another is a bad line (SPEC 24.1)."""
+    from .models import Group
+
+    return set(Group.objects.values_list("name", flat=True))
+
+
 def mirrored_rules() -> list[rules.Rule]:
     """The last good rules, as mirrored."""
     out = []
@@ -475,7 +482,7 @@ def current_rules(mirror: bool = False) -> tuple[list[rules.Rule], str]:
     path = path_of(RULES)
     with locked(path, wait=False) if mirror else nullcontext(False) as held:
         try:
-            found = rules.parse(read_rules_text())
+            found = rules.parse(read_rules_text(), group_names())
         except (rules.RuleError, ConfigFileError) as exc:
             return mirrored_rules(), str(exc)
         if held:
@@ -487,7 +494,7 @@ def write_rules(lines: list[str], by: audit.Actor = audit.BY_SYSTEM) -> list[rul
     """Replace the `rules` file with these lines (locked, atomic). A bad line raises
     RuleError before anything is written."""
     text = rules.render(lines)
-    parsed = rules.parse(text)
+    parsed = rules.parse(text, group_names())
     path = path_of(RULES)
     with locked(path):
         _pick_up_rules()
@@ -514,7 +521,7 @@ def _pick_up_rules() -> bool:
     """Mirror `rules` as it is (the caller holds its lock): what changed is another program's.
     False, and the problem recorded, for a file with a bad line."""
     try:
-        parsed = rules.parse(read_rules_text())
+        parsed = rules.parse(read_rules_text(), group_names())
     except (rules.RuleError, ConfigFileError) as exc:
         log.warning("%s", exc)
         _record(RULES, str(exc))

@@ -30,7 +30,7 @@ once found, and compiles every glob once.
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -45,6 +45,11 @@ _ARG_NAME = r"[^\s,:()\"'{}\[\]]+"
 _ARG_SPLIT = re.compile(rf",\s*(?={_ARG_NAME}:)")
 _ARG_NAME_RE = re.compile(_ARG_NAME)
 _CACHE_MAX = 4096  # names whose candidate rules are kept
+# Who decides an `ask` (SPEC 24.1, 24.2): `ask[<group>]`, `ask[<group>:<n>]`, `ask[:<n>]`.
+GROUP_NAME = re.compile(r"[a-z0-9_-]{1,64}\Z")
+_ASK_WHO = re.compile(r"ask\[([^\]]*)\]\Z")
+_ASK_GROUP = re.compile(r"^\s*ask\[([^\]:]*)")
+APPROVALS = range(2, 6)
 
 # The forms of SPEC 20.3, by the prefix their patterns (and the names they are checked under)
 # start with; "" is the plain form of 14.2 (tools and permission prompts).
@@ -234,6 +239,9 @@ class Rule:
     text: str  # the line as it reads in the file, trimmed
     args: tuple[tuple[str, Glob], ...] = ()
     form: str = PLAIN  # `prompt`, `resource` (SPEC 20.3) or plain (tools, permission prompts)
+    group: str | None = None  # an `ask` for this group's members and admins only (SPEC 24.1)
+    approvals: int = 1  # distinct approvals an `ask` needs (24.2)
+    routed: bool = False  # written `ask[...]`: `GET /v1/rules` says "for" and "approvals"
 
     def matches_args(self, arguments: dict) -> bool:
         for key, glob in self.args:
@@ -243,7 +251,10 @@ class Rule:
         return True
 
     def to_dict(self) -> dict:
-        return {"line": self.line, "decision": self.decision, "pattern": self.pattern}
+        out = {"line": self.line, "decision": self.decision, "pattern": self.pattern}
+        if self.routed:
+            out.update({"for": self.group, "approvals": self.approvals})
+        return out
 
 
 def parse_line(raw: str, number: int) -> Rule | None:
@@ -254,6 +265,10 @@ def parse_line(raw: str, number: int) -> Rule | None:
     # The decision ends at the first run of white space (spaces or tabs).
     decision, pattern = (line.split(None, 1) + [""])[:2]
     pattern = pattern.strip()
+    who = _ASK_WHO.match(decision)
+    group, approvals = _who(who.group(1), number) if who else (None, 1)
+    if who:
+        decision = RuleDecision.ASK.value
     if decision not in _RANK:
         raise RuleError(number, f'unknown decision "{decision}" (use allow, ask or deny)')
     if not pattern:
@@ -278,7 +293,28 @@ def parse_line(raw: str, number: int) -> Rule | None:
     form = form_of(name)
     if form:
         _check_form(form, name, prefix, args, number)
-    return Rule(number, decision, pattern, name[:-1] if prefix else name, prefix, line, args, form)
+    stem = name[:-1] if prefix else name
+    return Rule(number, decision, pattern, stem, prefix, line, args, form, group, approvals, bool(who))
+
+
+def _who(inside: str, number: int) -> tuple[str | None, int]:
+    """(group, approvals) of `ask[<inside>]`: `<group>`, `<group>:<n>` or `:<n>`."""
+    group, colon, count = inside.partition(":")
+    if group and not GROUP_NAME.match(group):
+        raise RuleError(number, f"invalid group name: {group}")
+    if not colon:
+        if not group:
+            raise RuleError(number, "ask[] names a group, a number of approvals, or both: ask[<group>:<n>]")
+        return group, 1
+    if not count.isdigit() or int(count) not in APPROVALS:
+        raise RuleError(number, f"the number of approvals is from 2 to 5, got {count!r}")
+    return group or None, int(count)
+
+
+def groups_named(text: str) -> set[str]:
+    """The groups the `ask[...]` lines of a rules text name, good lines or not."""
+    found = (_ASK_GROUP.match(line) for line in text.split("\n"))
+    return {m.group(1) for m in found if m and m.group(1)}
 
 
 def _check_form(form: str, name: str, prefix: bool, args: tuple, number: int) -> None:
@@ -319,14 +355,18 @@ def _parse_args(inner: str, number: int) -> tuple[tuple[str, Glob], ...]:
     return tuple(out)
 
 
-def parse(text: str) -> list[Rule]:
+def parse(text: str, groups: Collection[str] | None = None) -> list[Rule]:
     """Every rule of a `rules` file; the first bad line raises RuleError. Lines end at `\\n`
-    (as in `allow_tool`)."""
+    (as in `allow_tool`). With `groups` (the names that exist), an `ask` naming another group
+    is a bad line (SPEC 24.1)."""
     rules = []
     for number, raw in enumerate(text.split("\n"), start=1):
         rule = parse_line(raw, number)
-        if rule is not None:
-            rules.append(rule)
+        if rule is None:
+            continue
+        if groups is not None and rule.group is not None and rule.group not in groups:
+            raise RuleError(number, f"unknown group: {rule.group}")
+        rules.append(rule)
     return rules
 
 

@@ -37,7 +37,7 @@ from pydantic import (
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticCustomError, PydanticUseDefault, core_schema
 
-from . import allowlist, elicitation, gate, names, toolviews
+from . import allowlist, elicitation, gate, names, rules, toolviews
 from .choices import HISTORY_KINDS, AuditAction, CallStatus
 
 # The pydantic error types of this contract's messages: one a validator raises (`refuse`),
@@ -820,6 +820,49 @@ class ViewRef(Contract):
     name: Annotated[
         str, Strict(), Message("name is required"), not_blank("name is required"), AfterValidator(str.strip)
     ]
+
+
+# --- groups (SPEC 23.3) ---------------------------------------------------------------------------
+
+INVALID_GROUP = "invalid group name"
+_AFTER = "escalate_after_minutes must be a whole number from 1"
+
+
+def _group_name(name: Any) -> str:
+    if not isinstance(name, str) or not rules.GROUP_NAME.match(name):
+        raise refuse(INVALID_GROUP)
+    return name
+
+
+GroupName = Annotated[
+    str, PlainValidator(_group_name, json_schema_input_type=str), Field(description="[a-z0-9_-]{1,64}")
+]
+
+
+class GroupEdit(Contract):
+    """`POST /v1/groups`: make a group, or replace its people and escalation (SPEC 23.3, 24.3)."""
+
+    name: GroupName
+    people: Annotated[
+        list[str], Strict(), Message("people must be a list of usernames"), BeforeValidator(_absent)
+    ] = []
+    escalate_to: Annotated[str | None, Strict(), Message("escalate_to must be a group name or null")] = None
+    escalate_after_minutes: Annotated[
+        int | None, Strict(), Message(_AFTER), _check(lambda v: v is None or v >= 1, _AFTER)
+    ] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("name") is None:
+            raise refuse(INVALID_GROUP)
+        return data
+
+
+class GroupRef(Contract):
+    """`POST /v1/groups/remove`: the group to remove."""
+
+    name: Annotated[str, Strict(), Message("name is required"), not_blank("name is required")]
 
 
 # --- JSON Schema for the descriptions -------------------------------------------------------------

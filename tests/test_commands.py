@@ -223,3 +223,99 @@ def test_it_refuses_to_import_into_an_unparsable_mcp_json(tmp_path, agenvoy_home
         _run("import_config", _json_file(tmp_path, {"mcpServers": {"a": {"command": "x"}}}))
     assert (agenvoy_home / "mcp.json").read_bytes() == broken
     assert not Server.objects.exists()
+
+
+# --- set_role and create_token --group (SPEC 23.1, 23.3) -------------------------------------------
+
+
+def _standing(username: str) -> tuple:
+    from mcpcore.calls import people
+
+    user = get_user_model().objects.get(username=username)
+    return people.role_of(user), people.groups_of(user)
+
+
+def test_it_sets_a_role_and_exactly_the_groups_given_making_them_as_needed():
+    from mcpcore.models import AuditEntry, Group
+
+    get_user_model().objects.create_user("boss")  # the active admin the console keeps
+    get_user_model().objects.create_user("ann")
+    Group.objects.create(name="old").people.add(get_user_model().objects.get(username="ann"))
+    assert _run("set_role", "ann", "approver", "--groups", "ops,oncall").strip() == "ann is now approver"
+    assert _standing("ann") == ("approver", ["oncall", "ops"])
+    assert _run("set_role", "ann", "viewer").strip() == "ann is now viewer"
+    assert _standing("ann") == ("viewer", ["oncall", "ops"])  # no --groups: groups kept
+    _run("set_role", "ann", "viewer", "--groups", "")
+    assert _standing("ann") == ("viewer", [])
+    edit = AuditEntry.objects.filter(action="person.edit", object="ann").order_by("pk").first()
+    assert (edit.actor, edit.before, edit.after) == (
+        "system",
+        {"role": "admin", "groups": ["old"]},
+        {"role": "approver", "groups": ["oncall", "ops"]},
+    )
+    assert set(AuditEntry.objects.filter(action="group.add").values_list("object", flat=True)) >= {
+        "ops",
+        "oncall",
+    }
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("nobody", "viewer"), "unknown person: nobody"),
+        (("ann", "root"), "unknown role: root"),
+        (("ann", "viewer", "--groups", "Bad Name"), "invalid group name: Bad Name"),
+    ],
+)
+def test_it_exits_non_zero_naming_an_unknown_person_or_role_and_changes_nothing(args, message):
+    get_user_model().objects.create_user("ann")
+    get_user_model().objects.create_user("boss")
+    with pytest.raises(CommandError) as exc:
+        _run("set_role", *args)
+    # A CommandError is `manage.py`'s exit status 1 with its message on stderr.
+    assert exc.value.returncode == 1 and message in str(exc.value)
+    assert _standing("ann") == ("admin", [])
+    from mcpcore.models import Group, Person
+
+    assert not Person.objects.exists() and not Group.objects.exists()
+
+
+def test_it_keeps_one_active_admin_through_set_role():
+    get_user_model().objects.create_user("boss")
+    with pytest.raises(CommandError, match="The console needs an active admin."):
+        _run("set_role", "boss", "viewer")
+    assert _standing("boss") == ("admin", [])
+
+
+def test_it_makes_createsuperuser_and_the_first_admin_admins(client):
+    call_command("createsuperuser", "--noinput", "--username", "root", "--email", "r@example.invalid")
+    assert _standing("root") == ("admin", [])
+    get_user_model().objects.all().delete()
+    _run("bootstrap_admin")
+    assert _standing("admin") == ("admin", [])
+    client.force_login(get_user_model().objects.get(username="admin"))
+    assert client.get("/people/").status_code == 200
+
+
+def test_it_puts_an_approver_token_in_its_groups():
+    from mcpcore.models import Group
+
+    token = _run("create_token", "pager", "--role", "approver", "--group", "ops", "--group", "oncall").strip()
+    row = ApiToken.objects.get(name="pager")
+    assert row.role == "approver" and token.startswith("agv_")
+    assert sorted(Group.objects.filter(tokens=row).values_list("name", flat=True)) == ["oncall", "ops"]
+
+
+@pytest.mark.parametrize("role", ["agent", "admin"])
+def test_it_refuses_a_group_for_a_token_other_than_an_approver(role):
+    with pytest.raises(
+        CommandError, match=f"--group is for approver tokens \\(--role approver\\), not {role}"
+    ):
+        _run("create_token", "x", "--role", role, "--group", "ops")
+    assert not ApiToken.objects.filter(name="x").exists()
+
+
+def test_it_refuses_a_bad_group_name_and_makes_no_token():
+    with pytest.raises(CommandError, match="invalid group name: Ops!"):
+        _run("create_token", "x", "--role", "approver", "--group", "Ops!")
+    assert not ApiToken.objects.filter(name="x").exists()

@@ -537,3 +537,44 @@ def test_it_brings_any_spelling_of_a_file_path_back_to_one(segments, data):
             spelled_segments.append(segment)
     spelled = f"{scheme}:{head}" + "/".join(spelled_segments)
     assert rules.normal_uri(spelled) == canonical
+
+
+# --- who decides an ask (SPEC 24.1, 24.2: parsed here; routing is elsewhere) -----------------------
+
+
+def test_it_keeps_the_group_and_the_approvals_an_ask_names():
+    found = parse("ask[ops] mcp__a__*\nask[ops:2] mcp__b__x\nask[:5] mcp__c__*\nask mcp__d__*", {"ops"})
+    assert [(r.decision, r.group, r.approvals) for r in found] == [
+        ("ask", "ops", 1),
+        ("ask", "ops", 2),
+        ("ask", None, 5),
+        ("ask", None, 1),
+    ]
+    assert found[1].text == "ask[ops:2] mcp__b__x" and found[1].name == "mcp__b__x"
+    assert RuleSet(found).check("mcp__b__x", {}) is not None
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ("ask[ghosts] mcp__a__*", "unknown group: ghosts"),
+        ("ask[ops:1] mcp__a__*", "the number of approvals is from 2 to 5, got '1'"),
+        ("ask[:6] mcp__a__*", "the number of approvals is from 2 to 5, got '6'"),
+        ("ask[ops:] mcp__a__*", "the number of approvals is from 2 to 5, got ''"),
+        ("ask[] mcp__a__*", "ask[] names a group, a number of approvals, or both: ask[<group>:<n>]"),
+        ("ask[Ops] mcp__a__*", "invalid group name: Ops"),
+        ("deny[ops] mcp__a__*", 'unknown decision "deny[ops]" (use allow, ask or deny)'),
+    ],
+)
+def test_it_reports_a_bad_ask_naming_who_decides(line, why):
+    with pytest.raises(RuleError) as exc:
+        parse(f"allow mcp__z__*\n{line}", {"ops"})
+    assert str(exc.value) == f"invalid rule on line 2: {why}"
+
+
+def test_it_finds_the_groups_a_rules_text_names_bad_lines_too():
+    assert rules.groups_named("ask[ops] a\n  ask[oncall:2] b\nask[:3] c\n# ask[x] d\nask[ghosts] e") == {
+        "ops",
+        "oncall",
+        "ghosts",
+    }

@@ -137,6 +137,9 @@ RIGHTS: dict[tuple[str, str], Right] = {
     ("api-audit", "GET"): admin_only("read the audit trail"),  # SPEC 22.2
     ("api-grants", "GET"): admin_only("manage apps"),  # SPEC 21.4
     ("api-grant-revoke", "POST"): admin_only("manage apps"),
+    ("api-groups", "GET"): admin_only("change groups"),  # SPEC 23.3
+    ("api-groups", "POST"): admin_only("change groups"),
+    ("api-groups-remove", "POST"): admin_only("change groups"),
     # `GET /metrics` (outside /v1: an allowed address needs no token) checks its own rule,
     # admin only, 403 `this token may not read metrics` (mcpcore.api.ops).
     # Unknown paths answer 404 to every token (after auth, so they reveal nothing).

@@ -39,6 +39,16 @@ _CALL_ANSWER = _obj(
     },
     ("call_id", "session_id", "status"),
 )
+_GROUP = _obj(
+    {
+        "name": _STR,
+        "people": {"type": "array", "items": _STR},
+        "tokens": {"type": "array", "items": _STR},
+        "escalate_to": {"type": ["string", "null"]},
+        "escalate_after_minutes": {"type": ["integer", "null"]},
+    },
+    ("name", "people", "tokens", "escalate_to", "escalate_after_minutes"),
+)
 _QUESTION = _obj(
     {
         "id": _STR,
@@ -271,6 +281,20 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("api-grant-revoke", "POST"): Operation(
         "Revoke an app's grant: its tokens stop working at once on every process",
         errors={404: "grant not found"},
+    ),
+    ("api-groups", "GET"): Operation(
+        "Groups (SPEC 23.3), sorted by name: their people, approver tokens and escalation",
+        answer=_obj({"groups": {"type": "array", "items": _GROUP}}, ("groups",)),
+    ),
+    ("api-groups", "POST"): Operation(
+        "Make a group, or replace its people and escalation",
+        schemas.GroupEdit,
+        errors={400: "invalid group name; unknown person: <username>; unknown group: <name>"},
+    ),
+    ("api-groups-remove", "POST"): Operation(
+        "Remove a group no rule names",
+        schemas.GroupRef,
+        errors={404: "group not found", 400: "group <name> is used by rules"},
     ),
     ("api-views", "GET"): Operation(
         "Views, sorted by name, with the tools each holds now (a token limited to views: its own)",

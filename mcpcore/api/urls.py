@@ -34,6 +34,8 @@ urlpatterns = [
     _named("audit", ops.audit_export),
     _named("views", views.toolviews_view),
     _named("views/remove", views.toolviews_remove),
+    _named("groups", views.groups_view),
+    _named("groups/remove", views.groups_remove),
     _named("grants", views.app_grants_list),
     path("grants/<str:grant_id>/revoke", views.app_grant_revoke, name="api-grant-revoke"),
     path("<path:rest>", views.not_found, name="api-not-found"),

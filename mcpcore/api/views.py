@@ -10,7 +10,7 @@ from django.http import JsonResponse
 from django.utils import timezone
 
 from .. import allowlist, audit, calls, control, db, files, retention, rules, serverconfig, toolviewstore
-from ..calls import questions
+from ..calls import people, questions
 from ..choices import CallStatus, TokenRole
 from ..db import cache
 from ..instructions import instructions_block
@@ -35,6 +35,8 @@ from ..schemas import (
     CallWait,
     ClaudeCodeHook,
     Decide,
+    GroupEdit,
+    GroupRef,
     InputError,
     ReconnectBody,
     RulesEdit,
@@ -192,6 +194,34 @@ def toolviews_view(request: ApiRequest) -> JsonResponse:
 def toolviews_remove(request: ApiRequest) -> JsonResponse:
     if not toolviewstore.remove(ViewRef.check(json_body(request)).name, audit.by(request)):
         raise ApiError("view not found", 404)
+    return JsonResponse({"ok": True})
+
+
+@api_view(("GET", "POST"))
+def groups_view(request: ApiRequest) -> JsonResponse:
+    """Groups (SPEC 23.3): list them, or make one or replace its people and escalation."""
+    if request.method == "GET":
+        return JsonResponse({"groups": people.all_groups()})
+    edit = GroupEdit.check(json_body(request))
+    try:
+        people.save_group(
+            edit.name,
+            edit.people,
+            audit.by(request),
+            escalate_to=edit.escalate_to,
+            escalate_after_minutes=edit.escalate_after_minutes,
+        )
+    except people.PeopleError as exc:
+        raise ApiError(exc.message, exc.status) from None
+    return JsonResponse({"ok": True})
+
+
+@api_view(("POST",))
+def groups_remove(request: ApiRequest) -> JsonResponse:
+    try:
+        people.remove_group(GroupRef.check(json_body(request)).name, audit.by(request))
+    except people.PeopleError as exc:
+        raise ApiError(exc.message, exc.status) from None
     return JsonResponse({"ok": True})
 
 

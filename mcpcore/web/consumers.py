@@ -8,7 +8,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from .. import control
-from . import live, signin
+from . import live, roles, signin
 
 log = logging.getLogger("mcpcore.live")
 
@@ -30,6 +30,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated or not await _may_see_pages(user):
             await self.close()
             return
+        # What its pushes offer (SPEC 23.1); a change of role closes the socket (live.end_sockets_of).
+        self.scope[live.ROLE] = await database_sync_to_async(roles.role_of)(user)
         # A signed-in browser's scope always has its session (AuthMiddlewareStack).
         session = self.scope.get("session")
         if session is not None and session.session_key:

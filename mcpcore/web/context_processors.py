@@ -1,9 +1,11 @@
 """Template context every page needs: the pending-confirmations badge in the navigation, and
-how people sign in (the sign-in page's buttons, the People page's redirect URI line)."""
+what the person's role lets the page offer (`may`, SPEC 23.1), and how people sign in (the
+sign-in page's buttons, the People page's redirect URI line)."""
 
 from django.conf import settings
 from django.http import HttpRequest
 
+from . import roles
 from .live import badge_text, pending_count
 
 
@@ -16,7 +18,9 @@ def pending_badge(request: HttpRequest) -> dict:
     def badge() -> str:
         return badge_text(pending_count())
 
-    return {"pending_badge": badge}
+    # RoleCheck read the role before the view; a page it did not see (an error page) reads it.
+    role = getattr(request, "person_role", None) or roles.role_of(user)
+    return {"pending_badge": badge, "may": roles.may(role)}
 
 
 def sign_on(request: HttpRequest) -> dict:

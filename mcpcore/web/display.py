@@ -12,7 +12,10 @@ import uuid
 from typing import TYPE_CHECKING, TypedDict
 from urllib.parse import quote
 
+from allauth.mfa.models import Authenticator
+from django.apps import apps as django_apps
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.validators import URLValidator
 from django.db import connection
 from django.db.models import Prefetch, Q
@@ -20,7 +23,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from .. import allowlist, files, retention, serverconfig, toolviewstore
-from ..choices import CallDecision, CallKind, CallStatus, QuestionStatus, TargetKind, stored_kind
+from ..choices import CallDecision, CallKind, CallStatus, PersonRole, QuestionStatus, TargetKind, stored_kind
 from ..models import (
     ApiToken,
     NotificationTarget,
@@ -38,6 +41,7 @@ from . import live
 from .forms import (
     schema_fields,
 )
+from .signin import SECOND_FACTORS
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -470,6 +474,34 @@ def app_rows() -> list[dict]:
         row["used_ago"] = live.ago(grant.token.last_used_at) or "never"
         row["created"] = grant.created_at
         rows.append(row)
+    return rows
+
+
+def people_rows() -> list[dict]:
+    """Everyone who may sign in, as the People page lists them (SPEC 23.1): a person with a
+    provider identity (allauth's `SocialAccount`, once single sign-on is installed) signs in
+    with `sso`."""
+    User = get_user_model()
+    users = User.objects.select_related("person").prefetch_related("console_groups").order_by("username")
+    factors = set(Authenticator.objects.filter(type__in=SECOND_FACTORS).values_list("user_id", flat=True))
+    sso: set[int] = set()
+    if django_apps.is_installed("allauth.socialaccount"):
+        # Looked up by name: the app is installed only with single sign-on (SPEC 23.2).
+        accounts = django_apps.get_model("socialaccount", "SocialAccount").objects  # type: ignore[misc]
+        sso = set(accounts.values_list("user_id", flat=True))
+    rows = []
+    for user in users:
+        person = getattr(user, "person", None)
+        rows.append(
+            {
+                "user": user,
+                "role": person.role if person else PersonRole.ADMIN,
+                "from_sso": bool(person and person.from_sso),
+                "groups": [g.name for g in user.console_groups.all()],
+                "signs_in": "sso" if user.pk in sso else "password",
+                "second_factor": user.pk in factors,
+            }
+        )
     return rows
 
 

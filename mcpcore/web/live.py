@@ -10,6 +10,7 @@ import hashlib
 import json
 from urllib.parse import parse_qs, urlsplit
 
+from allauth.usersessions.models import UserSession
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db.models import Count
@@ -20,7 +21,9 @@ from .. import control, elicitation
 from ..choices import CallKind, CallStatus, QuestionMode, QuestionStatus
 from ..models import Question, Server, SessionAllowance, ToolCall
 from ..oauth import upstream
+from . import roles
 
+ROLE = "person_role"  # the socket scope's key for the person's role
 PENDING_SHOWN = 200  # the list and the badge stop counting here ("200+")
 
 
@@ -37,6 +40,12 @@ def end_sockets(session_keys: list[str]) -> None:
     for key in session_keys:
         if key:
             control.send_group(session_group(key), {"type": "session.ended"})
+
+
+def end_sockets_of(user) -> None:
+    """Close every live socket of a person (their role changed: the browser's socket opens
+    again at once and reads the new one)."""
+    end_sockets(list(UserSession.objects.filter(user=user).values_list("session_key", flat=True)))
 
 
 def ago(when) -> str:
@@ -223,29 +232,33 @@ def page_of(scope: dict) -> tuple[str, dict]:
     return (query.get("page") or [""])[0], {k: v[0] for k, v in query.items()}
 
 
-def _render_status(page: str, query: dict, server_name: str) -> str:
+def _render_status(page: str, query: dict, server_name: str, role: str) -> str:
+    if page not in ("servers", f"server:{server_name}"):
+        return ""
+    may = roles.may(role)
     if page == "servers":
         return render_to_string(
-            "mcpcore/server_list.html#server-rows", {"servers": server_rows(), "oob": True}
+            "mcpcore/server_list.html#server-rows", {"servers": server_rows(), "oob": True, "may": may}
         )
-    if page == f"server:{server_name}":
-        server = server_with_count(server_name)
-        if server is None:
-            return ""
-        return render_to_string(
-            "mcpcore/server_detail.html#server-status",
-            {"server": server, "page_sig": query.get("sig", ""), "oob": True},
-        )
-    return ""
+    server = server_with_count(server_name)
+    if server is None:
+        return ""
+    return render_to_string(
+        "mcpcore/server_detail.html#server-status",
+        {"server": server, "page_sig": query.get("sig", ""), "oob": True, "may": may},
+    )
 
 
-def _render_pending(page: str) -> str:
+def _render_pending(page: str, role: str) -> str:
     if page == "pending":
+        may = roles.may(role)  # a viewer's list has no buttons (SPEC 23.1)
         context = pending_context(pending_calls(), pending_questions())
-        html: str = render_to_string("mcpcore/pending_list.html#pending-list", {**context, "oob": True})
+        html: str = render_to_string(
+            "mcpcore/pending_list.html#pending-list", {**context, "oob": True, "may": may}
+        )
         # Allowances come and go with replies and revoked tokens: the same push keeps them current.
         html += render_to_string(
-            "mcpcore/pending_list.html#allowances", {"allowances": allowances(), "oob": True}
+            "mcpcore/pending_list.html#allowances", {"allowances": allowances(), "oob": True, "may": may}
         )
         badge = context["pending_badge"]
     else:
@@ -259,9 +272,12 @@ async def render_push(event: dict, scope: dict) -> str:
     if user is None or not user.is_authenticated:
         return ""
     page, query = page_of(scope)
+    # The buttons as the person's role has them: read when the socket opened (`LiveConsumer`),
+    # which a change of role closes (`end_sockets_of`); none without one.
+    role = scope.get(ROLE, roles.VIEWER)
     kind = event.get("type")
     if kind == "status.changed" and isinstance(event.get("server"), str):
-        return await sync_to_async(_render_status)(page, query, event["server"])
+        return await sync_to_async(_render_status)(page, query, event["server"], role)
     if kind == "pending.changed":
-        return await sync_to_async(_render_pending)(page)
+        return await sync_to_async(_render_pending)(page, role)
     return ""

@@ -15,6 +15,8 @@ from allauth.mfa.base.forms import AuthenticateForm as AllauthAuthenticateForm
 from allauth.mfa.models import Authenticator
 from allauth.mfa.stages import AuthenticateStage
 from allauth.usersessions.adapter import DefaultUserSessionsAdapter
+from allauth.usersessions.adapter import get_adapter as sessions_adapter
+from allauth.usersessions.models import UserSession
 from axes.handlers.proxy import AxesProxyHandler
 from django import forms
 from django.conf import settings
@@ -159,6 +161,13 @@ def login(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and not settings.AGENVOY_PASSWORD_SIGNIN:
         return password_refused(request)
     return account_views.login(request)
+
+
+def end_sessions_of(user) -> None:
+    """End every session of a person (deactivated: SPEC 23.1), in the database every process
+    reads, their live sockets closed; a request of theirs still on its way is refused by the
+    auth backend, which takes no inactive person."""
+    sessions_adapter().end_sessions(UserSession.objects.filter(user=user))
 
 
 def has_second_factor(user) -> bool:

@@ -47,6 +47,13 @@ urlpatterns = [
     path("notifications/<int:pk>/test/", views.notification_test, name="notification-test"),
     path("notifications/<int:pk>/remove/", views.notification_remove, name="notification-remove"),
     path("audit/", views.audit_page, name="audit"),
+    path("people/", views.people_page, name="people"),
+    path("people/add/", views.person_add, name="person-add"),
+    path("people/<int:pk>/edit/", views.person_edit, name="person-edit"),
+    path("people/<int:pk>/active/", views.person_active, name="person-active"),
+    path("people/groups/add/", views.group_save, name="group-add"),
+    path("people/groups/<str:name>/edit/", views.group_save, name="group-edit"),
+    path("people/groups/<str:name>/remove/", views.group_remove, name="group-remove"),
     path("account/", views.account, name="account"),
     path("account/sessions/<int:pk>/sign-out/", views.session_sign_out, name="session-sign-out"),
 ]

@@ -18,17 +18,22 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.tokens import default_token_generator
+from django.contrib.auth.views import PasswordResetConfirmView
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models.functions import Substr
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
-from django.urls import reverse
+from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.encoding import force_bytes
+from django.utils.http import url_has_allowed_host_and_scheme, urlsafe_base64_encode
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 from django_htmx.http import HttpResponseClientRedirect
@@ -47,13 +52,14 @@ from .. import (
     serverconfig,
     toolviewstore,
 )
-from ..calls import notify, questions
-from ..choices import CallDecision, CallStatus, QuestionMode, ServerState, TargetKind, TokenRole
+from ..calls import notify, people, questions
+from ..choices import CallDecision, CallStatus, PersonRole, QuestionMode, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
     AppClient,
     AppGrant,
     AuditEntry,
+    Group,
     NotificationTarget,
     PermissionGrant,
     Question,
@@ -1234,6 +1240,163 @@ def audit_page(request: HtmxRequest) -> HttpResponse:
         return render(request, "mcpcore/audit_list.html#audit-table", context)
     context.update(form=form, audit_days=settings.AGENVOY_AUDIT_DAYS)
     return render(request, "mcpcore/audit_list.html", context)
+
+
+# --- people (People, SPEC 23.1 and 23.3: roles, groups, adding and deactivating people) ---------
+
+
+def _people_page(
+    request: HtmxRequest, *, new_link: str = "", error: str = "", status: int = 200
+) -> HttpResponse:
+    context = {
+        "people": display.people_rows(),
+        "groups": people.all_groups(),
+        "roles": list(PersonRole),
+        "new_link": new_link,
+        "error": error,
+    }
+    response = render(request, "mcpcore/people.html", context, status=status)
+    response["Cache-Control"] = "no-store"  # a new person's set-password link is on it once
+    return response
+
+
+def _names(text: str) -> list[str]:
+    """Names typed one a line or separated by commas."""
+    return [n.strip() for n in text.replace(",", "\n").splitlines() if n.strip()]
+
+
+def _person_or_404(pk: int):
+    return get_object_or_404(get_user_model(), pk=pk)
+
+
+@login_required
+@require_safe
+def people_page(request: HtmxRequest) -> HttpResponse:
+    return _people_page(request)
+
+
+@login_required
+@require_POST
+def person_add(request: HtmxRequest) -> HttpResponse:
+    """Add a person; the answer shows once the link where they set a password (Django's own
+    password-reset token: valid PASSWORD_RESET_TIMEOUT, 24 hours, and spent once the password
+    is set, since it signs the password's hash)."""
+    username = request.POST.get("username", "").strip()
+    email = request.POST.get("email", "").strip()
+    if not username:
+        return _people_page(request, error="Enter a username.", status=400)
+    try:
+        get_user_model().username_validator(username)
+        user = people.add(
+            username,
+            email,
+            request.POST.get("role", ""),
+            _names(request.POST.get("groups", "")),
+            audit.by(request),
+        )
+    except ValidationError as exc:
+        return _people_page(request, error=" ".join(exc.messages), status=400)
+    except people.PeopleError as exc:
+        return _people_page(request, error=exc.message, status=400)
+    uid = urlsafe_base64_encode(force_bytes(user.pk))
+    link = request.build_absolute_uri(
+        reverse("set-password", args=[uid, default_token_generator.make_token(user)])
+    )
+    messages.success(request, f"Added {username}. Give them this link: it is shown once.")
+    return _people_page(request, new_link=link)
+
+
+@login_required
+@require_POST
+def person_edit(request: HtmxRequest, pk: int) -> HttpResponse:
+    user = _person_or_404(pk)
+    try:
+        people.change(
+            user,
+            audit.by(request),
+            role=request.POST.get("role", ""),
+            groups=_names(request.POST.get("groups", "")),
+        )
+    except people.PeopleError as exc:
+        return _people_page(request, error=exc.message, status=400)
+    live.end_sockets_of(user)  # their open pages' sockets reconnect with the new role
+    messages.success(request, f"Saved {user.get_username()}.")
+    return redirect("people")
+
+
+@login_required
+@require_POST
+def person_active(request: HtmxRequest, pk: int) -> HttpResponse:
+    """Deactivate (their sessions end at once, on every process, live sockets closed) or
+    reactivate a person."""
+    user = _person_or_404(pk)
+    active = request.POST.get("active") == "1"
+    try:
+        people.change(user, audit.by(request), active=active)
+    except people.PeopleError as exc:
+        return _people_page(request, error=exc.message, status=400)
+    if not active:
+        signin.end_sessions_of(user)
+    messages.success(request, f"{'Reactivated' if active else 'Deactivated'} {user.get_username()}.")
+    return redirect("people")
+
+
+def _group_fields(request: HtmxRequest, name: str) -> dict:
+    """`save_group`'s arguments from a Groups form; `after` empty or a whole number from 1."""
+    after = request.POST.get("escalate_after_minutes", "").strip()
+    if after and (not after.isdigit() or int(after) < 1):
+        raise people.PeopleError("escalate_after_minutes must be a whole number from 1")
+    return {
+        "name": name,
+        "people": _names(request.POST.get("people", "")),
+        "escalate_to": request.POST.get("escalate_to", "").strip() or None,
+        "escalate_after_minutes": int(after) if after else None,
+    }
+
+
+@login_required
+@require_POST
+def group_save(request: HtmxRequest, name: str | None = None) -> HttpResponse:
+    """Add a group (`name` from the form) or change one's members and escalation."""
+    target = name if name is not None else request.POST.get("name", "").strip()
+    if name is not None:
+        get_object_or_404(Group, name=name)  # an edit changes a group that is there
+    elif Group.objects.filter(name=target).exists():
+        return _people_page(request, error=f"group {target} already exists", status=400)
+    try:
+        fields = _group_fields(request, target)
+        people.save_group(fields.pop("name"), fields.pop("people"), audit.by(request), **fields)
+    except people.PeopleError as exc:
+        return _people_page(request, error=exc.message, status=400)
+    messages.success(request, f"Saved group {target}.")
+    return redirect("people")
+
+
+@login_required
+@require_POST
+def group_remove(request: HtmxRequest, name: str) -> HttpResponse:
+    try:
+        people.remove_group(name, audit.by(request))
+    except people.PeopleError as exc:
+        return _people_page(request, error=exc.message, status=exc.status)
+    messages.success(request, f"Removed group {name}.")
+    return redirect("people")
+
+
+class SetPassword(PasswordResetConfirmView):
+    """Where a person added on the People page sets their password, from the one-time link.
+    Django's own view and token: a link spent or past 24 hours answers 410."""
+
+    template_name = "mcpcore/set_password.html"
+    success_url = reverse_lazy("login")
+
+    def dispatch(self, *args, **kwargs) -> HttpResponseBase:
+        response = super().dispatch(*args, **kwargs)
+        # A good link is first redirected to the form (its token moved into the session);
+        # only the page of a bad one is the 410.
+        if not self.validlink and response.status_code == 200:
+            response.status_code = 410
+        return response
 
 
 # --- Account (SPEC 22.1): second factors, password, sessions ---------------------------------

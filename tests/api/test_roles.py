@@ -75,6 +75,9 @@ EXPECT: dict[tuple[str, str], dict] = {
     ("api-views", "GET"): same(OK),
     ("api-views", "POST"): admin_only("change views", (400, "invalid view name: must not be empty")),
     ("api-views-remove", "POST"): admin_only("change views", (404, "view not found")),
+    ("api-groups", "GET"): admin_only("change groups"),  # SPEC 23.3
+    ("api-groups", "POST"): admin_only("change groups", (400, "invalid group name")),
+    ("api-groups-remove", "POST"): admin_only("change groups", (404, "group not found")),
     **{("api-not-found", m): same((404, "not found")) for m in ("GET", "POST", "PUT", "PATCH", "DELETE")},
     **{("api-not-found-any", m): same((404, "not found")) for m in ("GET", "POST", "PUT", "PATCH", "DELETE")},
 }
@@ -82,6 +85,7 @@ BODIES = {
     "api-mcp-remove": {"name": "nope"},
     "api-mcp-reconnect": {"name": "nope"},
     "api-views-remove": {"name": "nope"},
+    "api-groups-remove": {"name": "nope"},
     "api-mcp-authorize": {"name": "nope"},
     "api-confirm": {"approve": False, "reason": "no"},
     "api-pending-answer": {"action": "decline"},

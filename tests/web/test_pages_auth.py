@@ -32,9 +32,18 @@ def test_it_walks_every_page_of_the_console():
     # three routes without a session: one-tap links (the action token is the credential, SPEC
     # 17.2) and the JSON 404s MCP clients probe for (17.4), both checked below, and `/metrics`
     # (an admin token or an allowed address, 18.3: tests/test_metrics.py), and `/favicon.ico`
-    # (a redirect to the static icon: tests/e2e/test_first_hour_browser.py).
+    # (a redirect to the static icon: tests/e2e/test_first_hour_browser.py), and `set-password`
+    # (a one-time link's token is its credential, SPEC 23.1: tests/web/test_people_page.py).
     names = {p.name for p in get_resolver().url_patterns if isinstance(p, URLPattern)}
-    assert names == {"login", "logout", "one-tap", "well-known-not-found", "metrics", "favicon"}
+    assert names == {
+        "login",
+        "logout",
+        "one-tap",
+        "well-known-not-found",
+        "metrics",
+        "favicon",
+        "set-password",
+    }
 
 
 @pytest.mark.django_db

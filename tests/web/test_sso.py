@@ -76,7 +76,7 @@ def test_it_routes_no_sign_up_or_connection_page_for_provider_identities(signed_
 
 def test_it_shows_the_redirect_uri_to_register_for_the_people_page(with_sso):
     request = RequestFactory().get("/people/")
-    line = render_to_string("mcpcore/_people_sso.html", sign_on(request))
+    line = render_to_string("mcpcore/includes/people_sso.html", sign_on(request))
     assert "http://127.0.0.1:8000/accounts/oidc/sso/login/callback/" in line
     assert "Team SSO" in line
 

@@ -1,6 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from ... import audit, bearer, toolviewstore
+from ...calls import people
 from ...choices import TokenRole
 
 
@@ -23,12 +25,27 @@ class Command(BaseCommand):
             metavar="VIEW",
             help="limit the token to this view's tools (SPEC 19); repeat for several",
         )
+        parser.add_argument(
+            "--group",
+            action="append",
+            dest="groups",
+            metavar="GROUP",
+            help="an approver token's group (SPEC 23.3), made if needed; repeat for several",
+        )
 
-    def handle(self, name, role, no_auto, views, **options):
+    def handle(self, name, role, no_auto, views, groups, **options):
+        if groups and role != TokenRole.APPROVER:
+            raise CommandError(f"--group is for approver tokens (--role approver), not {role}")
+        try:
+            groups = people.group_names(groups or [])
+        except people.PeopleError as exc:
+            raise CommandError(exc.message) from None
         limited = None
         if views is not None:
             limited, unknown = toolviewstore.known_toolviews(views)
             if unknown:
                 raise CommandError(f"unknown view: {', '.join(unknown)}")
-        _, token = bearer.issue(name, not no_auto, role, limited, by=audit.BY_SYSTEM)
+        with transaction.atomic():
+            row, token = bearer.issue(name, not no_auto, role, limited, by=audit.BY_SYSTEM)
+            people.token_groups(row, groups, audit.BY_SYSTEM)
         self.stdout.write(token)

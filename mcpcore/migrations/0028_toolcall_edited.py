@@ -2,7 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("mcpcore", "0026_people_groups")]
+    dependencies = [("mcpcore", "0027_people_audit_actions")]
 
     operations = [
         migrations.AddField(
