@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypedDict
 from urllib.parse import quote
 
 from allauth.mfa.models import Authenticator
-from django.apps import apps as django_apps
+from allauth.socialaccount.models import SocialAccount
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.validators import URLValidator
@@ -484,11 +484,7 @@ def people_rows() -> list[dict]:
     User = get_user_model()
     users = User.objects.select_related("person").prefetch_related("console_groups").order_by("username")
     factors = set(Authenticator.objects.filter(type__in=SECOND_FACTORS).values_list("user_id", flat=True))
-    sso: set[int] = set()
-    if django_apps.is_installed("allauth.socialaccount"):
-        # Looked up by name: the app is installed only with single sign-on (SPEC 23.2).
-        accounts = django_apps.get_model("socialaccount", "SocialAccount").objects  # type: ignore[misc]
-        sso = set(accounts.values_list("user_id", flat=True))
+    sso = set(SocialAccount.objects.values_list("user_id", flat=True))
     rows = []
     for user in users:
         person = getattr(user, "person", None)
