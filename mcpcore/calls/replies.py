@@ -13,6 +13,7 @@ from django.utils import timezone
 from .. import audit, files, gate, schemas
 from ..choices import CallDecision, CallStatus
 from ..models import ToolCall
+from . import guards
 from .approvals import allow_answer, allow_session, grant, remember_permission
 from .record import CallError, checked, count_end_of, count_reply
 
@@ -119,6 +120,8 @@ def _approve(
             remember_permission(call.token, call.tool_name, who, by)
         if changed and grant_for:
             grant(call.token, call.kind, call.tool_name, who, grant_for, by)
+    if changed and call.repeated:
+        guards.forget_repeats(call)  # approved: that call's count starts again (SPEC 25.2)
     if changed and answer.remember and not prompt:
         try:
             files.add_allow_entry(call.tool_name, repin=True, by=by)

@@ -214,6 +214,7 @@ def test_it_lists_prompts_in_v1_pending_with_their_kind(api, api_token, every_to
         "expires_at": rows[str(call.confirm_id)]["expires_at"],
         "call_id": str(call.id),
         "changed": False,
+        "repeated": 0,
     }
     assert rows[str(every_tool_call.confirm_id)]["kind"] == "tool_confirm"
 
