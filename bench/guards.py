@@ -1,0 +1,141 @@
+"""18. Guard rails (SPEC 25): what 1,000 `limit` lines in the rules file add to a call, and what
+a loop costs the console once a limit stops it.
+
+- A/B in one run: two consoles side by side, one with 1,000 limit lines (999 on other servers'
+  tools, one on the echo tool, high enough never to refuse), one with no rules file; the same
+  auto echo call (`POST /v1/mcp/call`, raw keep-alive HTTP) to each, interleaved in blocks.
+  Once with `limits`' memory storage (no REDIS_URL), once with its Redis storage (REDIS_URL set
+  on both consoles, each on a database of its own of one Redis).
+- A loop: one token sends 10,000 identical calls against `limit 100/h mcp__echo__echo`: 100
+  run, the rest end at once (429); serve's own CPU time (psutil, its children excluded) over
+  the loop, per refused call.
+"""
+
+import asyncio
+import contextlib
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import Figure, console, cpu_seconds, echo_body, echo_servers, ms, percentile
+from bench.rawhttp import RawHttp
+
+NAME = "guards"
+LINES = 1_000
+CALLS = 600
+BLOCK = 100
+WARMUP = 50
+LOOP = 10_000
+LOOP_LINE = "limit 100/h mcp__echo__echo"
+TARGET_MEMORY_MS = 0.1
+TARGET_REDIS_MS = 0.5
+TARGET_CPU_MS = 1.0
+
+
+def limit_lines() -> str:
+    other = [f"limit {i % 50 + 1}/m mcp__srv{i:03d}__*" for i in range(LINES - 1)]
+    return "\n".join([*other, "limit 1000000/h mcp__echo__echo"]) + "\n"
+
+
+async def calls(http, n: int, body: dict, want: int = 200) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        r = await http.post("/v1/mcp/call", json=body)
+        out.append(time.perf_counter() - t)
+        if r.status_code != want:
+            raise RuntimeError(f"call answered {r.status_code}: {r.body[:300]!r}")
+    return out
+
+
+@contextlib.contextmanager
+def pair(redis_url: str = ""):
+    """A console with the 1,000 limit lines and one without, both started."""
+    with contextlib.ExitStack() as stack:
+        made = []
+        for db, rules in ((1, limit_lines()), (2, None)):
+            env = {"REDIS_URL": redis_url.rsplit("/", 1)[0] + f"/{db}"} if redis_url else {}
+            con = stack.enter_context(console(echo_servers(), env, start=False))
+            if rules is not None:
+                (con.home / "rules").write_text(rules)
+            con.start()
+            con.wait_connected("echo")
+            made.append(con)
+        yield made
+
+
+async def ab(limited, plain) -> tuple[list[float], list[float]]:
+    body = echo_body()
+    got: dict[str, list[float]] = {"limited": [], "plain": []}
+    async with RawHttp(limited.url, limited.token) as a, RawHttp(plain.url, plain.token) as b:
+        await calls(a, WARMUP, body)
+        await calls(b, WARMUP, body)
+        for _ in range(CALLS // BLOCK):
+            got["limited"] += await calls(a, BLOCK, body)
+            got["plain"] += await calls(b, BLOCK, body)
+    return got["limited"], got["plain"]
+
+
+def ab_figure(storage: str, redis_url: str, target: float) -> Figure:
+    with pair(redis_url) as (limited, plain):
+        with_limits, without = asyncio.run(ab(limited, plain))
+    p_with, p_without = ms(percentile(with_limits, 50)), ms(percentile(without, 50))
+    added = p_with - p_without
+    return Figure(
+        NAME,
+        f"p50 added by {LINES:,} limit lines ({storage})",
+        added,
+        "ms",
+        p_without,
+        "p50 of the console with no limits",
+        f"< {target:g} ms",
+        added < target,
+        f"p50 with limits {p_with:.3f} ms; {CALLS} calls each, interleaved in blocks of {BLOCK}",
+    )
+
+
+async def loop(con) -> tuple[int, int, float, float]:
+    body = echo_body()
+    async with RawHttp(con.url, con.token) as http:
+        statuses = {200: 0, 429: 0}
+        before, started = cpu_seconds(con.proc.pid), time.perf_counter()
+        for _ in range(LOOP):
+            r = await http.post("/v1/mcp/call", json=body)
+            statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+        cpu, wall = cpu_seconds(con.proc.pid) - before, time.perf_counter() - started
+    return statuses[200], statuses[429], cpu, wall
+
+
+def loop_figure() -> Figure:
+    with console(echo_servers(), start=False) as con:
+        (con.home / "rules").write_text(LOOP_LINE + "\n")
+        con.start()
+        con.wait_connected("echo")
+        ran, refused, cpu, wall = asyncio.run(loop(con))
+    per_refused = ms(cpu / max(refused, 1))
+    return Figure(
+        NAME,
+        f"serve CPU per refused call, a loop of {LOOP:,} identical calls",
+        per_refused,
+        "ms",
+        None,
+        "",
+        f"< {TARGET_CPU_MS:g} ms",
+        per_refused < TARGET_CPU_MS,
+        f"{ran} ran, {refused} refused (429) under `{LOOP_LINE}`; serve CPU {cpu:.2f} s over "
+        f"{wall:.1f} s (the 100 calls that ran included)",
+        valid=ran == 100 and refused == LOOP - 100,
+    )
+
+
+def run() -> list[Figure]:
+    from tests.services import Redis
+
+    figures = [ab_figure("memory storage, SQLite", "", TARGET_MEMORY_MS)]
+    redis = Redis(Path(tempfile.mkdtemp(prefix="agenvoy-bench-redis-")))
+    try:
+        figures.append(ab_figure("Redis storage, SQLite", redis.url, TARGET_REDIS_MS))
+    finally:
+        redis.stop()
+    figures.append(loop_figure())
+    return figures
