@@ -8,7 +8,11 @@ a loop costs the console once a limit stops it.
   on both consoles, each on a database of its own of one Redis).
 - A loop: one token sends 10,000 identical calls against `limit 100/h mcp__echo__echo`: 100
   run, the rest end at once (429); serve's own CPU time (psutil, its children excluded) over
-  the loop, per refused call.
+  the loop, per refused call. Beside it, in the same console: the CPU per call of 2,000 calls a
+  `deny` rule refuses (the same path, recorded `skipped` alike, no limit counted) and per
+  authenticated 404 (the HTTP floor).
+- In process, for context: the check's two parts, `RuleSet.limits` among the 1,000 lines and
+  one moving-window hit of `limits` on each storage.
 """
 
 import asyncio
@@ -22,14 +26,17 @@ from bench.rawhttp import RawHttp
 
 NAME = "guards"
 LINES = 1_000
-CALLS = 600
-BLOCK = 100
+CALLS = 1_000
+BLOCK = 50
 WARMUP = 50
 LOOP = 10_000
 LOOP_LINE = "limit 100/h mcp__echo__echo"
+DENY_LINE = "deny mcp__echo__add"
+SIDE = 2_000
 TARGET_MEMORY_MS = 0.1
 TARGET_REDIS_MS = 0.5
 TARGET_CPU_MS = 1.0
+CHECKS = 5_000
 
 
 def limit_lines() -> str:
@@ -94,8 +101,16 @@ def ab_figure(storage: str, redis_url: str, target: float) -> Figure:
     )
 
 
-async def loop(con) -> tuple[int, int, float, float]:
+async def cpu_per_request(con, http, n: int, send) -> float:
+    before = cpu_seconds(con.proc.pid)
+    for _ in range(n):
+        await send(http)
+    return (cpu_seconds(con.proc.pid) - before) / n
+
+
+async def loop(con) -> tuple[int, int, float, float, float, float]:
     body = echo_body()
+    denied = {"name": "mcp__echo__add", "arguments": {"a": 1, "b": 2}, "mode": "auto"}
     async with RawHttp(con.url, con.token) as http:
         statuses = {200: 0, 429: 0}
         before, started = cpu_seconds(con.proc.pid), time.perf_counter()
@@ -103,29 +118,80 @@ async def loop(con) -> tuple[int, int, float, float]:
             r = await http.post("/v1/mcp/call", json=body)
             statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
         cpu, wall = cpu_seconds(con.proc.pid) - before, time.perf_counter() - started
-    return statuses[200], statuses[429], cpu, wall
+        deny = await cpu_per_request(con, http, SIDE, lambda h: h.post("/v1/mcp/call", json=denied))
+        floor = await cpu_per_request(con, http, SIDE, lambda h: h.get("/v1/_bench"))
+    return statuses[200], statuses[429], cpu, wall, deny, floor
 
 
 def loop_figure() -> Figure:
     with console(echo_servers(), start=False) as con:
-        (con.home / "rules").write_text(LOOP_LINE + "\n")
+        (con.home / "rules").write_text(f"{LOOP_LINE}\n{DENY_LINE}\n")
         con.start()
         con.wait_connected("echo")
-        ran, refused, cpu, wall = asyncio.run(loop(con))
+        ran, refused, cpu, wall, deny, floor = asyncio.run(loop(con))
     per_refused = ms(cpu / max(refused, 1))
     return Figure(
         NAME,
         f"serve CPU per refused call, a loop of {LOOP:,} identical calls",
         per_refused,
         "ms",
-        None,
-        "",
+        ms(deny),
+        "serve CPU per call a deny rule refuses",
         f"< {TARGET_CPU_MS:g} ms",
         per_refused < TARGET_CPU_MS,
         f"{ran} ran, {refused} refused (429) under `{LOOP_LINE}`; serve CPU {cpu:.2f} s over "
-        f"{wall:.1f} s (the 100 calls that ran included)",
+        f"{wall:.1f} s (the 100 calls that ran included); HTTP floor (authenticated 404) "
+        f"{ms(floor):.3f} ms of serve CPU per request",
         valid=ran == 100 and refused == LOOP - 100,
     )
+
+
+def per_op(fn, n: int = CHECKS) -> float:
+    """Microseconds per `fn()` (best of 3 passes)."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - started) / n * 1e6)
+    return best
+
+
+def check_figures(redis_url: str) -> list[Figure]:
+    """The check's two parts, in this process: the limit lines matching a call among 1,000
+    (`RuleSet.limits`), and one moving-window hit of PyPI `limits` on each storage."""
+    from limits import RateLimitItemPerHour
+    from limits.storage import MemoryStorage, RedisStorage
+    from limits.strategies import MovingWindowRateLimiter
+
+    from mcpcore import rules
+
+    ruleset = rules.RuleSet(rules.parse(limit_lines()))
+    assert [r.text for r in ruleset.limits("mcp__echo__echo", {"text": "x"})] == [
+        limit_lines().splitlines()[-1]
+    ]
+    figures = [
+        Figure(
+            NAME,
+            f"RuleSet.limits, {LINES:,} limit lines, one matching",
+            per_op(lambda: ruleset.limits("mcp__echo__echo", {"text": "x"})),
+            "µs",
+            note="indexed by name and prefix like the deciding rules",
+        )
+    ]
+    item = RateLimitItemPerHour(10_000_000)
+    for label, storage in (("memory", MemoryStorage()), ("Redis", RedisStorage(redis_url))):
+        limiter = MovingWindowRateLimiter(storage)
+        figures.append(
+            Figure(
+                NAME,
+                f"one moving-window hit, {label} storage",
+                per_op(lambda limiter=limiter: limiter.hit(item, "bench", "key")),
+                "µs",
+                note="what a call pays per matching limit line (and once for the repeat count)",
+            )
+        )
+    return figures
 
 
 def run() -> list[Figure]:
@@ -135,6 +201,7 @@ def run() -> list[Figure]:
     redis = Redis(Path(tempfile.mkdtemp(prefix="agenvoy-bench-redis-")))
     try:
         figures.append(ab_figure("Redis storage, SQLite", redis.url, TARGET_REDIS_MS))
+        figures += check_figures(redis.url.rsplit("/", 1)[0] + "/3")
     finally:
         redis.stop()
     figures.append(loop_figure())
