@@ -35,20 +35,12 @@ _state: dict = {"limiter": None}
 
 
 def limiter() -> MovingWindowRateLimiter:
-    """This process's limiter, made on first use (the storage a test's settings name)."""
+    """This process's limiter, made on first use."""
     made = _state["limiter"]
     if made is None:
         storage = RedisStorage(settings.REDIS_URL) if settings.REDIS_URL else MemoryStorage()
         made = _state["limiter"] = MovingWindowRateLimiter(storage)
     return made
-
-
-def reset() -> None:
-    """Forget every count of this process (tests: each starts from nothing), and the limiter,
-    so the next one is made for the settings then in force."""
-    made, _state["limiter"] = _state["limiter"], None
-    if made is not None and isinstance(made.storage, MemoryStorage):
-        made.storage.reset()
 
 
 @functools.lru_cache(maxsize=1024)
