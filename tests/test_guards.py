@@ -17,6 +17,7 @@ from tests.mcpclients import in_thread, mcp_client
 
 pytestmark = pytest.mark.live
 
+
 ERAS = ["legacy", "auto"]  # the 2025-11-25 handshake, and 2026-07-28 (what auto picks here)
 HOOK = "/v1/hooks/claude-code"
 REPEAT = "3/2m"  # AGENVOY_REPEAT_LIMIT of this module's console

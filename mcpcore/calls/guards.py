@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import math
+import threading
 import time
 
 from django.conf import settings
@@ -32,13 +33,37 @@ _ITEMS: dict[str, type[RateLimitItem]] = {
 }
 _REPEAT = "repeat"
 _state: dict = {"limiter": None}
+# `limits`' own expiry pass of its memory storage (the one private name used here; tests/test_guards.py
+# checks it is there, so an upgrade that renames it fails a test instead of leaking).
+_EXPIRE = "_MemoryStorage__expire_events"
+SWEEP_SECONDS = 1.0
+
+
+class _MemoryStorage(MemoryStorage):
+    """`limits`' memory storage with one long-lived thread running its expiry pass every second.
+    The library starts a new 10 ms timer thread from the first hit after the last one ended,
+    and a thread start on the database thread waits for the GIL: with calls a few ms apart
+    that was nearly every call, ~1.5 ms of serve's p50 (bench/guards.py). Its scheduler only
+    asks whether `timer` is alive, so a live sweeper there means no thread per call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timer.cancel()
+        self.timer = threading.Thread(target=self._sweep, name="limits-expiry", daemon=True)  # type: ignore[assignment]
+        self.timer.start()
+
+    def _sweep(self) -> None:
+        expire = getattr(self, _EXPIRE)
+        while True:
+            time.sleep(SWEEP_SECONDS)
+            expire()
 
 
 def limiter() -> MovingWindowRateLimiter:
     """This process's limiter, made on first use."""
     made = _state["limiter"]
     if made is None:
-        storage = RedisStorage(settings.REDIS_URL) if settings.REDIS_URL else MemoryStorage()
+        storage = RedisStorage(settings.REDIS_URL) if settings.REDIS_URL else _MemoryStorage()
         made = _state["limiter"] = MovingWindowRateLimiter(storage)
     return made
 
