@@ -1,11 +1,13 @@
 """18. Guard rails (SPEC 25): what 1,000 `limit` lines in the rules file add to a call, and what
 a loop costs the console once a limit stops it.
 
-- A/B in one run: two consoles side by side, one with 1,000 limit lines (999 on other servers'
-  tools, one on the echo tool, high enough never to refuse), one with no rules file; the same
-  auto echo call (`POST /v1/mcp/call`, raw keep-alive HTTP) to each, interleaved in blocks.
-  Once with `limits`' memory storage (no REDIS_URL), once with its Redis storage (REDIS_URL set
-  on both consoles, each on a database of its own of one Redis).
+- A/B in one run and one console: the auto echo call (`POST /v1/mcp/call`, raw keep-alive
+  HTTP) with the rules file switched every 50 calls between 1,000 limit lines (999 on other
+  servers' tools, one on the echo tool, high enough never to refuse) and none (two consoles
+  side by side differed by a millisecond either way on this shared machine). Once with
+  `limits`' memory storage (no REDIS_URL), once with its Redis storage (REDIS_URL set).
+- The loop guard (AGENVOY_REPEAT_LIMIT, on by default) counting every call against it off:
+  two consoles side by side, the same calls interleaved.
 - A loop: one token sends 10,000 identical calls against `limit 100/h mcp__echo__echo`: 100
   run, the rest end at once (429); serve's own CPU time (psutil, its children excluded) over
   the loop, per refused call. Beside it, in the same console: the CPU per call of 2,000 calls a
@@ -28,6 +30,7 @@ NAME = "guards"
 LINES = 1_000
 CALLS = 1_000
 BLOCK = 50
+SETTLE = 3  # calls after each switch of the rules file, not counted (they read it again)
 WARMUP = 50
 LOOP = 10_000
 LOOP_LINE = "limit 100/h mcp__echo__echo"
@@ -55,17 +58,17 @@ async def calls(http, n: int, body: dict, want: int = 200) -> list[float]:
     return out
 
 
+# The loop guard on, counting every call, holding none of the benchmark's identical calls.
+REPEAT_ON = {"AGENVOY_REPEAT_LIMIT": "100000000/5m"}
+
+
 @contextlib.contextmanager
-def pair(redis_url: str = ""):
-    """A console with the 1,000 limit lines and one without, both started."""
+def pair(guard: dict):
+    """A console with `guard` in its environment and one without, both started."""
     with contextlib.ExitStack() as stack:
         made = []
-        for db, rules in ((1, limit_lines()), (2, None)):
-            env = {"REDIS_URL": redis_url.rsplit("/", 1)[0] + f"/{db}"} if redis_url else {}
-            con = stack.enter_context(console(echo_servers(), env, start=False))
-            if rules is not None:
-                (con.home / "rules").write_text(rules)
-            con.start()
+        for extra in (guard, {}):
+            con = stack.enter_context(console(echo_servers(), extra))
             con.wait_connected("echo")
             made.append(con)
         yield made
@@ -83,9 +86,27 @@ async def ab(limited, plain) -> tuple[list[float], list[float]]:
     return got["limited"], got["plain"]
 
 
+async def toggled(con) -> tuple[list[float], list[float]]:
+    """One console, its rules file switched between the 1,000 limit lines and none between
+    blocks: both sides of the A/B in the same process. The first calls of a block, which read
+    the changed file again, are left out."""
+    body, lines, rules_file = echo_body(), limit_lines(), con.home / "rules"
+    got: dict[str, list[float]] = {"limits": [], "none": []}
+    async with RawHttp(con.url, con.token) as http:
+        await calls(http, WARMUP, body)
+        for _ in range(CALLS // BLOCK):
+            for side, text in (("limits", lines), ("none", "")):
+                rules_file.write_text(text)
+                await calls(http, SETTLE, body)
+                got[side] += await calls(http, BLOCK, body)
+    return got["limits"], got["none"]
+
+
 def ab_figure(storage: str, redis_url: str, target: float) -> Figure:
-    with pair(redis_url) as (limited, plain):
-        with_limits, without = asyncio.run(ab(limited, plain))
+    env = {"REDIS_URL": redis_url} if redis_url else {}
+    with console(echo_servers(), env) as con:
+        con.wait_connected("echo")
+        with_limits, without = asyncio.run(toggled(con))
     p_with, p_without = ms(percentile(with_limits, 50)), ms(percentile(without, 50))
     added = p_with - p_without
     return Figure(
@@ -94,10 +115,10 @@ def ab_figure(storage: str, redis_url: str, target: float) -> Figure:
         added,
         "ms",
         p_without,
-        "p50 of the console with no limits",
+        "p50 of the same console with no rules",
         f"< {target:g} ms",
         added < target,
-        f"p50 with limits {p_with:.3f} ms; {CALLS} calls each, interleaved in blocks of {BLOCK}",
+        f"p50 with limits {p_with:.3f} ms; {CALLS} calls each, the rules file switched every {BLOCK} calls",
     )
 
 
@@ -194,10 +215,27 @@ def check_figures(redis_url: str) -> list[Figure]:
     return figures
 
 
+def repeat_figure() -> Figure:
+    """The loop guard's cost per call (SPEC 25.2, on by default): one more count per call."""
+    with pair(REPEAT_ON) as (guarded, plain):
+        with_guard, without = asyncio.run(ab(guarded, plain))
+    p_with, p_without = ms(percentile(with_guard, 50)), ms(percentile(without, 50))
+    return Figure(
+        NAME,
+        "p50 added by the loop guard (memory storage, SQLite)",
+        p_with - p_without,
+        "ms",
+        p_without,
+        "p50 with AGENVOY_REPEAT_LIMIT=0",
+        note=f"AGENVOY_REPEAT_LIMIT={REPEAT_ON['AGENVOY_REPEAT_LIMIT']} (counts every call, holds none); "
+        f"p50 with it {p_with:.3f} ms",
+    )
+
+
 def run() -> list[Figure]:
     from tests.services import Redis
 
-    figures = [ab_figure("memory storage, SQLite", "", TARGET_MEMORY_MS)]
+    figures = [ab_figure("memory storage, SQLite", "", TARGET_MEMORY_MS), repeat_figure()]
     redis = Redis(Path(tempfile.mkdtemp(prefix="agenvoy-bench-redis-")))
     try:
         figures.append(ab_figure("Redis storage, SQLite", redis.url, TARGET_REDIS_MS))
