@@ -17,6 +17,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from mcpcore.choices import PersonRole
+from mcpcore.rules import rate
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("AGENVOY_DATA_DIR", BASE_DIR / "data"))
@@ -226,6 +227,17 @@ AGENVOY_OAUTH_ACCESS_SECONDS = _number(
 AGENVOY_OAUTH_ALLOW_PRIVATE = _bool("AGENVOY_OAUTH_ALLOW_PRIVATE", False)
 # Dynamic client registration (`POST /register`); off, Client ID Metadata Documents remain.
 AGENVOY_OAUTH_REGISTRATION = _bool("AGENVOY_OAUTH_REGISTRATION", True)
+# SPEC 25.2: an identical call (same tool and arguments) of one token past `<n>` within the
+# window (`<n>/<unit>` or `<n>/<k><unit>`) waits for a person; `0` turns it off. `limits` holds
+# the counts (mcpcore.calls.guards).
+AGENVOY_REPEAT_LIMIT = os.environ.get("AGENVOY_REPEAT_LIMIT", "").strip() or "10/5m"
+if AGENVOY_REPEAT_LIMIT == "0":
+    AGENVOY_REPEAT_LIMIT = ""
+elif rate(AGENVOY_REPEAT_LIMIT, multiples=True) is None:
+    raise ImproperlyConfigured(
+        "AGENVOY_REPEAT_LIMIT must be <n>/<window> like 10/5m (n from 1; window s, m, h or d, "
+        f"optionally after a number) or 0 for off, got {AGENVOY_REPEAT_LIMIT!r}"
+    )
 # SPEC 26: `all` runs every stdio server under bubblewrap unless its entry says "sandbox": false.
 AGENVOY_SANDBOX = os.environ.get("AGENVOY_SANDBOX", "").strip().lower()
 if AGENVOY_SANDBOX not in ("", "all"):

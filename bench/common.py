@@ -78,7 +78,9 @@ def ms(seconds: float) -> float:
 def console(servers: dict | None, env: dict | None = None, start: bool = True):
     """A `manage.py serve` of its own (tests.live.Console) in a temporary folder."""
     base = Path(tempfile.mkdtemp(prefix="agenvoy-bench-"))
-    env = {"AGENVOY_LOG_LEVEL": "WARNING", **(env or {})}
+    # The benchmarks repeat one call thousands of times on purpose: no loop guard (SPEC 25.2)
+    # unless a benchmark asks for one.
+    env = {"AGENVOY_LOG_LEVEL": "WARNING", "AGENVOY_REPEAT_LIMIT": "0", **(env or {})}
     pg = None
     if os.environ.get("BENCH_DATABASE") == "postgres":
         # The scale-out layout's database: a PostgreSQL server of its own for this console.
@@ -179,6 +181,7 @@ def django_setup() -> Path:
     os.environ["AGENVOY_HOME"] = str(_django_dir / "home")
     os.environ["DJANGO_SECRET_KEY"] = "bench"
     os.environ["DJANGO_DEBUG"] = "0"
+    os.environ.setdefault("AGENVOY_REPEAT_LIMIT", "0")  # as `console`: repeats on purpose
     os.environ["DJANGO_ALLOWED_HOSTS"] = "testserver,127.0.0.1,localhost"
     os.environ.pop("DATABASE_URL", None)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agenvoy_site.settings")

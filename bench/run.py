@@ -41,6 +41,7 @@ BENCHES = [
     "mcp_lists",
     "apptokens",
     "sandbox",
+    "guards",
 ]
 
 

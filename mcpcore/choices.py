@@ -126,11 +126,13 @@ class CallDecision(TextChoices):
 
 
 class RuleDecision(TextChoices):
-    """What an argument rule (SPEC 14.2) says, in the order they win: deny, then ask, then allow."""
+    """What an argument rule (SPEC 14.2) says, in the order they win: deny, then ask, then allow;
+    a `limit` line (SPEC 25.1) decides nothing but refuses a call over its rate."""
 
     DENY = "deny", "deny"
     ASK = "ask", "ask"
     ALLOW = "allow", "allow"
+    LIMIT = "limit", "limit"
 
 
 class Via(TextChoices):

@@ -29,6 +29,8 @@ class Decision:
         str  # CallDecision auto, allowlist, session, grant, rule (run); RuleDecision ask, deny (never run)
     )
     rule: str = ""  # the line of the rule that decided, if one did
+    retry_after: int = 0  # a limit's refusal (SPEC 25.1): whole seconds until one more call fits
+    repeated: int = 0  # held as a repeat (SPEC 25.2): the times it was already made
 
 
 def decide(
@@ -39,6 +41,8 @@ def decide(
     changed: Callable[[], bool] = lambda: False,
     granted: Callable[[], bool] = lambda: False,
     reads: bool = False,
+    limited: Callable[[], tuple[str, int] | None] = lambda: None,
+    repeated: Callable[[], int] = lambda: 0,
 ) -> Decision:
     """Argument rules first (SPEC 14.2: deny, then ask), then a trusted tool whose definition
     changed since it was pinned (14.1: it waits for a person whatever else would let it run),
@@ -47,14 +51,26 @@ def decide(
     or a resource read (`reads`) runs when no rule holds it (SPEC 20.3: most are the person's
     own picks).
 
+    Guard rails (SPEC 25) come right after a deny rule, which still wins: a call over a limit
+    ends at once (`limited`: (line, seconds until one more fits) or None; asked for every call,
+    since every call a limit matches counts, whatever happens to it); else a call repeated past
+    AGENVOY_REPEAT_LIMIT (`repeated`: how many times it was already made, or 0) waits for a
+    person whatever would let it run.
+
     The checks are callables, asked only when reached: each may cost a lookup. `rule` gives
     (decision, line) of the deciding rule or None.
     """
     found = rule()
+    over = limited()
     if found is not None and found[0] == RuleDecision.DENY:
         return Decision(False, RuleDecision.DENY, found[1])
+    if over is not None:
+        return Decision(False, RuleDecision.LIMIT, over[0], retry_after=over[1])
+    times = repeated()
     if found is not None and found[0] == RuleDecision.ASK:
-        return Decision(False, RuleDecision.ASK, found[1])
+        return Decision(False, RuleDecision.ASK, found[1], repeated=times)
+    if times:
+        return Decision(False, RuleDecision.ASK, repeated=times)
     if changed():
         return Decision(False, RuleDecision.ASK)
     if found is not None and found[0] == RuleDecision.ALLOW:
@@ -81,6 +97,21 @@ def edited_text(who: str, arguments: dict) -> str:
     arguments as run, as compact JSON (the export's form)."""
     compact = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
     return f"Approved with changed arguments by {who}: {compact}"
+
+
+def limited_text(rule_line: str, retry_after: int) -> str:
+    """A rate-limited call's result (SPEC 25.1)."""
+    return f"Rate limited by rule: {rule_line}; retry in {retry_after} s"
+
+
+def limited_error(rule_line: str) -> str:
+    """`POST /v1/mcp/call`'s 429 error for a rate-limited call (SPEC 25.1)."""
+    return f"rate limited by rule: {rule_line}"
+
+
+def repeat_text(times: int, window: str) -> str:
+    """What the inbox and a held call's progress say of a call held as a repeat (SPEC 25.2)."""
+    return f"Repeated {times} times in {window}"
 
 
 SKIPPED = "Skipped by user"

@@ -62,6 +62,19 @@ deliveries = Counter(
     ("kind", "outcome"),
     registry=registry,
 )
+# Guard rails (SPEC 25): calls a limit line refused, calls held as a repeat.
+rate_limited = Counter(
+    "agenvoy_rate_limited",
+    "Calls refused by a limit line of the rules, by server and tool.",
+    ("server", "tool"),
+    registry=registry,
+)
+repeats_held = Counter(
+    "agenvoy_repeats_held",
+    "Identical calls held for a person past AGENVOY_REPEAT_LIMIT, by server and tool.",
+    ("server", "tool"),
+    registry=registry,
+)
 for _outcome in OUTCOMES:
     confirmations.labels(_outcome)  # every outcome is a series from the start, at 0
 

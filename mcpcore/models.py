@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from . import names, schemas, toolviews
+from . import gate, names, schemas, toolviews
 from .choices import (
     CALL_ENDED,
     AuditAction,
@@ -624,6 +624,11 @@ class ToolCall(models.Model):
     raw_truncated = models.BooleanField(default=False)
     rule = models.TextField(blank=True, default="")  # the argument rule that decided (14.2)
     definition_changed = models.BooleanField(default=False)  # pinned tool changed (14.1)
+    # Held as a repeat (SPEC 25.2): the times this token had already made the same call within
+    # AGENVOY_REPEAT_LIMIT's window; 0 for any other call.
+    repeated = models.PositiveIntegerField(default=0, db_default=0)
+    # Not stored: for a call a limit line refused (SPEC 25.1), whole seconds until one more fits.
+    retry_after: int | None = None
 
     # How far the notifier (calls/notify.py) has told notification targets about this confirmation:
     # 0 nothing yet, 1 that it is pending, 2 that it ended too (or nothing to tell).
@@ -713,6 +718,13 @@ class ToolCall(models.Model):
         return uri if isinstance(uri, str) else self.tool_name
 
     @property
+    def repeat_note(self) -> str:
+        """`Repeated <n> times in <window>` for a call held as a repeat (SPEC 25.2), else ""."""
+        if not self.repeated:
+            return ""
+        return gate.repeat_text(self.repeated, settings.AGENVOY_REPEAT_LIMIT.partition("/")[2])
+
+    @property
     def is_prompt_or_resource(self) -> bool:
         """A prompt get or a resource read (SPEC 20.3): held only by an `ask` rule, so it is
         approved once or denied (no remember, session or time-boxed approval)."""
@@ -790,6 +802,7 @@ class ToolCall(models.Model):
             "expires_at": iso(self.expires_at),
             "call_id": str(self.id),
             "changed": self.definition_changed,
+            "repeated": self.repeated,
         }
         if self.via == "hook":
             item["cwd"] = self.cwd

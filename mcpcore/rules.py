@@ -23,6 +23,10 @@ Normal form keeps `%2F` encoded (it is not `/` to RFC 3986), but a server's URI 
 it into a path: a URI with escapes is checked as written and decoded (`decoded_uri`), and the
 stricter rule of the two decides.
 
+`limit <n>/<unit> <pattern>` lines (SPEC 25.1) set rate limits rather than decide: a `RuleSet`
+keeps them in indexes of their own (`limits`), so `check` never sees them; their pattern is one
+of the forms above, or `*` alone, which a limit reads as every call of every form.
+
 Checks are on every call's path, so a `RuleSet` indexes its rules by exact name and by prefix
 (grouped by length: one dict lookup per distinct prefix length), keeps each name's candidates
 once found, and compiles every glob once.
@@ -57,6 +61,22 @@ PROMPT = "prompt"
 RESOURCE = "resource"
 PLAIN = ""
 _FORMS = (PROMPT, RESOURCE)
+LIMIT = RuleDecision.LIMIT.value
+EVERY = "*"  # a limit's pattern for every call, prompt gets and resource reads included (25.1)
+
+# A rate: `<n>/<unit>`, and for AGENVOY_REPEAT_LIMIT's window `<n>/<k><unit>` too (`10/5m`).
+_RATE = re.compile(r"([0-9]+)/([0-9]*)([smhd])")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def rate(text: str, multiples: bool = False) -> tuple[int, int, str] | None:
+    """(n, k, unit) of a rate `<n>/<unit>` (n from 1), or with `multiples` `<n>/<k><unit>`
+    (k from 1, 1 when absent); None when `text` is no such rate."""
+    found = _RATE.fullmatch(text)
+    if found is None or (found.group(2) and not multiples):
+        return None
+    n, k = int(found.group(1)), int(found.group(2) or 1)
+    return (n, k, found.group(3)) if n >= 1 and k >= 1 else None
 
 
 def prompt_subject(registered_name: str) -> str:
@@ -242,6 +262,7 @@ class Rule:
     group: str | None = None  # an `ask` for this group's members and admins only (SPEC 24.1)
     approvals: int = 1  # distinct approvals an `ask` needs (24.2)
     routed: bool = False  # written `ask[...]`: `GET /v1/rules` says "for" and "approvals"
+    limit: str = ""  # a limit line's `<n>/<unit>` (SPEC 25.1)
 
     def matches_args(self, arguments: dict) -> bool:
         for key, glob in self.args:
@@ -254,6 +275,8 @@ class Rule:
         out = {"line": self.line, "decision": self.decision, "pattern": self.pattern}
         if self.routed:
             out.update({"for": self.group, "approvals": self.approvals})
+        if self.limit:
+            out["limit"] = self.limit
         return out
 
 
@@ -269,6 +292,17 @@ def parse_line(raw: str, number: int) -> Rule | None:
     group, approvals = _who(who.group(1), number) if who else (None, 1)
     if who:
         decision = RuleDecision.ASK.value
+    limit = ""
+    if decision == LIMIT:
+        limit, pattern = (pattern.split(None, 1) + [""])[:2]
+        pattern = pattern.strip()
+        if rate(limit) is None:
+            raise RuleError(
+                number,
+                f'a limit reads limit <n>/<unit> <pattern>, n from 1, unit s, m, h or d: got "{limit}"',
+            )
+        if pattern == EVERY:
+            return Rule(number, decision, pattern, "", True, line, (), EVERY, limit=limit)
     if decision not in _RANK:
         raise RuleError(number, f'unknown decision "{decision}" (use allow, ask or deny)')
     if not pattern:
@@ -294,7 +328,7 @@ def parse_line(raw: str, number: int) -> Rule | None:
     if form:
         _check_form(form, name, prefix, args, number)
     stem = name[:-1] if prefix else name
-    return Rule(number, decision, pattern, stem, prefix, line, args, form, group, approvals, bool(who))
+    return Rule(number, decision, pattern, stem, prefix, line, args, form, group, approvals, bool(who), limit)
 
 
 def _who(inside: str, number: int) -> tuple[str | None, int]:
@@ -419,7 +453,11 @@ class RuleSet:
     def __init__(self, rules: Iterable[Rule] = ()) -> None:
         self.rules = sorted(rules, key=lambda r: r.line)
         ordered = sorted(self.rules, key=lambda r: (_RANK[r.decision], r.line))
-        self._forms = {form: _Index([r for r in ordered if r.form == form]) for form in (PLAIN, *_FORMS)}
+        deciding = [r for r in ordered if r.decision != LIMIT]
+        limits = [r for r in self.rules if r.decision == LIMIT]
+        self._forms = {form: _Index([r for r in deciding if r.form == form]) for form in (PLAIN, *_FORMS)}
+        self._limits = {form: _Index([r for r in limits if r.form == form]) for form in (PLAIN, *_FORMS)}
+        self._every = tuple(r for r in limits if r.form == EVERY)
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -439,6 +477,21 @@ class RuleSet:
                 return rule
         return None
 
+    def limits(self, name: str, arguments: dict, form: str | None = None) -> list[Rule]:
+        """The limit lines (SPEC 25.1) that match a call checked under `name` (as `check`
+        takes it), in line order: those of its form, and `*`."""
+        candidates = self._limits[form_of(name) if form is None else form].candidates(name)
+        if not candidates:
+            return list(self._every)
+        uri = arguments.get("uri") if form_of(name) == RESOURCE else None
+        decoded = {"uri": decoded_uri(uri)} if isinstance(uri, str) and "%" in uri else None
+        found = [
+            r
+            for r in candidates
+            if not r.args or r.matches_args(arguments) or (decoded and r.matches_args(decoded))
+        ]
+        return sorted([*found, *self._every], key=lambda r: r.line) if self._every else found
+
     def for_prefix(self, prefix: str) -> list[Rule]:
         """The plain rules that can apply to some name starting with `prefix` (a server's tools)."""
         return [r for r in self.rules if r.form == PLAIN and _covers(r, prefix)]
@@ -450,7 +503,9 @@ class RuleSet:
         prefix = names.server_prefix(server)
         out = []
         for r in self.rules:
-            if r.form == PLAIN:
+            if r.form == EVERY:
+                hit = True
+            elif r.form == PLAIN:
                 hit = _covers(r, prefix)
             elif r.form == PROMPT:
                 hit = _covers(r, prompt_subject(prefix))

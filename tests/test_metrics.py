@@ -30,6 +30,9 @@ FAMILIES = {
     "agenvoy_server_up": ("gauge", {"server"}),
     "agenvoy_mcp_sessions": ("gauge", set()),
     "agenvoy_notification_deliveries": ("counter", {"kind", "outcome"}),
+    # SPEC 25: calls a limit refused, calls held as a repeat.
+    "agenvoy_rate_limited": ("counter", {"server", "tool"}),
+    "agenvoy_repeats_held": ("counter", {"server", "tool"}),
 }
 
 

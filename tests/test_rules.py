@@ -554,6 +554,19 @@ def test_it_keeps_the_group_and_the_approvals_an_ask_names():
     assert RuleSet(found).check("mcp__b__x", {}) is not None
 
 
+# --- limit lines (SPEC 25.1) ------------------------------------------------------------------
+
+
+def test_it_parses_limit_lines_and_lists_them_with_their_rate():
+    found = parse("limit 30/m mcp__fs__write_file(path:/srv/*)\nlimit 5/s *\nlimit 2/h prompt:mcp__gh__*\n")
+    assert [r.to_dict() for r in found] == [
+        {"line": 1, "decision": "limit", "pattern": "mcp__fs__write_file(path:/srv/*)", "limit": "30/m"},
+        {"line": 2, "decision": "limit", "pattern": "*", "limit": "5/s"},
+        {"line": 3, "decision": "limit", "pattern": "prompt:mcp__gh__*", "limit": "2/h"},
+    ]
+    assert found[0].text == "limit 30/m mcp__fs__write_file(path:/srv/*)"
+
+
 @pytest.mark.parametrize(
     "line, why",
     [
@@ -578,3 +591,80 @@ def test_it_finds_the_groups_a_rules_text_names_bad_lines_too():
         "oncall",
         "ghosts",
     }
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ("limit 0/m mcp__a__b", 'got "0/m"'),
+        ("limit 10/5m mcp__a__b", 'got "10/5m"'),
+        ("limit 10/w mcp__a__b", 'got "10/w"'),
+        ("limit ten/m mcp__a__b", 'got "ten/m"'),
+        ("limit 10/m", '"limit" needs a pattern'),
+        ("limit mcp__a__b", "a limit reads limit <n>/<unit> <pattern>"),
+        ("limit 3/m resource:a", "exactly one argument, uri"),
+    ],
+)
+def test_it_names_the_line_and_why_for_a_bad_limit_line(line, why):
+    with pytest.raises(RuleError) as exc:
+        parse(f"allow mcp__a__ok\n{line}\n")
+    assert str(exc.value).startswith("invalid rule on line 2: ") and why in str(exc.value)
+
+
+def test_it_never_decides_a_call_by_a_limit_line_and_matches_limits_by_form_and_arguments():
+    rs = RuleSet(
+        parse(
+            "limit 3/m mcp__fs__*\n"
+            "limit 1/s mcp__fs__write(path:/etc/*)\n"
+            "limit 9/d prompt:mcp__fs__*\n"
+            "limit 4/h resource:fs(uri:file:///srv/*)\n"
+            "allow mcp__fs__read\n"
+        )
+    )
+    assert rs.check("mcp__fs__write", {"path": "/etc/x"}) is None
+    assert rs.check("mcp__fs__read", {}).decision == "allow"
+    lines = lambda name, args, form=None: [r.line for r in rs.limits(name, args, form)]  # noqa: E731
+    assert lines("mcp__fs__write", {"path": "/etc/x"}) == [1, 2]
+    assert lines("mcp__fs__write", {"path": "/srv/x"}) == [1]
+    assert lines("mcp__gh__x", {}) == []
+    assert lines("prompt:mcp__fs__hi", {}) == [3]
+    assert lines("resource:fs", {"uri": "file:///srv/a"}) == [4]
+    # A permission prompt's name is the agent's: never read as a form.
+    assert lines("prompt:mcp__fs__hi", {}, rules.PLAIN) == []
+
+
+def test_it_counts_every_form_under_a_star_limit_and_shows_it_on_every_server():
+    rs = RuleSet(parse("limit 2/m mcp__fs__*\nlimit 5/s *\n"))
+    for name, args in [
+        ("mcp__fs__x", {}),
+        ("Bash", {}),
+        ("prompt:mcp__gh__p", {}),
+        ("resource:gh", {"uri": "x:y"}),
+    ]:
+        assert rs.limits(name, args)[-1].text == "limit 5/s *"
+    assert [r.line for r in rs.limits("mcp__fs__x", {})] == [1, 2]
+    assert [r.text for r in rs.for_server("gh")] == ["limit 5/s *"]
+    assert [r.text for r in rs.for_server("fs")] == ["limit 2/m mcp__fs__*", "limit 5/s *"]
+
+
+def test_it_keeps_a_limit_check_cheap_among_a_thousand_lines():
+    text = "".join(f"limit {i + 1}/m mcp__s{i}__*\n" for i in range(1000))
+    rs = RuleSet(parse(text))
+    assert [r.line for r in rs.limits("mcp__s7__tool", {})] == [8]
+    # Indexed like the deciding rules: a name's candidates come from its prefix, once.
+    assert rs.limits("mcp__none__tool", {}) == []
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("10/5m", (10, 5, "m")),
+        ("1/s", (1, 1, "s")),
+        ("3/1d", (3, 1, "d")),
+        ("0/m", None),
+        ("10/0m", None),
+        ("x", None),
+    ],
+)
+def test_it_reads_a_rate_with_a_window_of_several_units(text, expected):
+    assert rules.rate(text, multiples=True) == expected

@@ -70,10 +70,14 @@ BAD = [
     ("AGENVOY_OIDC_CLIENT_ID", "console"),  # without AGENVOY_OIDC_ISSUER
     ("AGENVOY_PASSWORD_SIGNIN", "maybe"),
     ("AGENVOY_PASSWORD_SIGNIN", "0"),  # without AGENVOY_OIDC_ISSUER: nobody could sign in
+    ("AGENVOY_REPEAT_LIMIT", "ten/5m"),
+    ("AGENVOY_REPEAT_LIMIT", "0/5m"),
+    ("AGENVOY_REPEAT_LIMIT", "10/5w"),
 ]
 GOOD = {
     "AGENVOY_POLL_SECONDS": "1.5",
     "AGENVOY_SANDBOX": "all",
+    "AGENVOY_REPEAT_LIMIT": "20/1h",
     "AGENVOY_LIST_TIMEOUT": "30",
     "AGENVOY_CALL_TIMEOUT": "1",
     "AGENVOY_CALL_MAX_SECONDS": "600",
@@ -258,3 +262,14 @@ def test_it_keeps_the_sign_on_client_secret_out_of_the_settings_shown(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "'client_id': 'console'" in r.stdout
     assert "oidc-secret-5be1d0" not in r.stdout
+
+
+def test_it_guards_against_repeats_past_10_in_5m_by_default_and_not_with_0(tmp_path):
+    show = "from django.conf import settings; print(repr(settings.AGENVOY_REPEAT_LIMIT))"
+    default = _manage(_clean_env(tmp_path), 60, "shell", "--no-imports", "-c", show)
+    assert default.returncode == 0, default.stderr
+    assert default.stdout.strip() == "'10/5m'"
+    off = _manage(
+        _clean_env(tmp_path) | {"AGENVOY_REPEAT_LIMIT": "0"}, 60, "shell", "--no-imports", "-c", show
+    )
+    assert off.stdout.strip() == "''"

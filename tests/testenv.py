@@ -11,3 +11,7 @@ _RUN_DIR = Path(tempfile.mkdtemp(prefix="agenvoy-test-"))
 os.environ["AGENVOY_DATA_DIR"] = str(_RUN_DIR / "data")
 os.environ["AGENVOY_HOME"] = str(_RUN_DIR / "home")
 os.environ.setdefault("DJANGO_SECRET_KEY", "test-secret-key-not-for-production")
+# The loop guard (SPEC 25.2) off for the run, consoles started by tests included (they inherit
+# this environment): property tests and module-wide consoles repeat one call of one token many
+# times on purpose. The tests of the guard itself turn it on (tests/test_guards.py).
+os.environ.setdefault("AGENVOY_REPEAT_LIMIT", "0")

@@ -82,8 +82,9 @@ _RULES = _obj(
             "items": _obj(
                 {
                     "line": {"type": "integer"},
-                    "decision": {"type": "string", "enum": ["allow", "ask", "deny"]},
+                    "decision": {"type": "string", "enum": ["allow", "ask", "deny", "limit"]},
                     "pattern": _STR,
+                    "limit": {"type": "string", "description": "a limit line's <n>/<unit> (SPEC 25.1)"},
                 },
                 ("line", "decision", "pattern"),
             ),
@@ -197,7 +198,8 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         errors={
             403: "this token may not use auto mode (a token made with --no-auto)",
             404: "unknown tool: <name>",
-            429: "too many pending confirmations for this token (AGENVOY_MAX_PENDING)",
+            429: "too many pending confirmations for this token (AGENVOY_MAX_PENDING); or rate limited by"
+            " rule: <line>, with retry_after and a Retry-After header (SPEC 25.1)",
             503: "server <name> is not connected: <why>",
         },
     ),

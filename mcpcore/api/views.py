@@ -9,7 +9,19 @@ from django.db.models import Count
 from django.http import JsonResponse
 from django.utils import timezone
 
-from .. import allowlist, audit, calls, control, db, files, retention, rules, serverconfig, toolviewstore
+from .. import (
+    allowlist,
+    audit,
+    calls,
+    control,
+    db,
+    files,
+    gate,
+    retention,
+    rules,
+    serverconfig,
+    toolviewstore,
+)
 from ..calls import people, questions
 from ..choices import CallStatus, TokenRole
 from ..db import cache
@@ -290,6 +302,12 @@ async def _left(call_id) -> JsonResponse:
 
 
 def _answer(call, full: bool = False) -> JsonResponse:
+    if call.retry_after is not None:  # a limit line refused it just now (SPEC 25.1)
+        refused = JsonResponse(
+            {"error": gate.limited_error(call.rule), "retry_after": call.retry_after}, status=429
+        )
+        refused["Retry-After"] = str(call.retry_after)
+        return refused
     body = call.to_dict() if full else call.to_answer()
     return JsonResponse(body, status=200 if call.ended or full else 202)
 

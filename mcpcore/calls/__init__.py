@@ -37,12 +37,14 @@ from ..choices import CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
 from ..db import cache, callsql
 from ..models import ApiToken, Server, Tool, ToolCall, Worker, time_ordered_uuid
 from ..oauth import upstream
+from . import guards
 from .approvals import (
     allowed,
     app_grant_revoke,
     create_permission_prompt,
     grant,
     granted,
+    limited,
     permission_answer,
     permission_grant_revoke,
     remember_permission,
@@ -232,6 +234,8 @@ def _decide(
         rule=lambda: rule_for(tool.registered_name, arguments),
         changed=changed,
         granted=lambda: granted(token, CallKind.TOOL_CONFIRM, tool.registered_name),
+        limited=lambda: limited(token, tool.registered_name, arguments),
+        repeated=lambda: guards.repeated(token, tool.registered_name, arguments),
     )
     return decision, changed
 
@@ -284,6 +288,7 @@ def create_read(
         session_allowed=lambda: False,
         rule=lambda: rule_for(rule_name, checked_as),
         reads=True,
+        limited=lambda: limited(token, rule_name, checked_as),
     )
     now = timezone.now()
     call = callsql.new(

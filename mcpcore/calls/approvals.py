@@ -16,6 +16,7 @@ from ..choices import AuditAction, CallDecision, CallKind, CallStatus, Mode
 from ..db import cache
 from ..models import AllowEntry, ApiToken, AppGrant, PermissionGrant, SessionAllowance, Tool, ToolCall, iso
 from ..oauth import grants
+from . import guards
 from .record import TOKEN_REVOKED, checked, finish, record
 
 _matcher: dict = {"key": None, "match": None}
@@ -67,6 +68,16 @@ def rule_for(tool_name: str, arguments: dict, form: str | None = None) -> tuple[
     `form` as `RuleSet.check` takes it."""
     rule = rules_in_force().check(tool_name, arguments, form)
     return (rule.decision, rule.text) if rule is not None else None
+
+
+def limited(
+    token: ApiToken | None, tool_name: str, arguments: dict, form: str | None = None
+) -> tuple[str, int] | None:
+    """A call checked under `tool_name` counted under the limit lines that match it (SPEC
+    25.1, `guards.limited`): the line it goes over and the seconds until one more fits, or None."""
+    if token is None:
+        return None
+    return guards.limited(token, rules_in_force().limits(tool_name, arguments, form))
 
 
 def session_allowed(token: ApiToken | None, session_id: str) -> bool:
@@ -251,6 +262,8 @@ def create_permission_prompt(
         # The agent names its own tool: a `prompt:...` name must not escape the plain rules.
         rule=lambda: rule_for(prompt.tool_name, prompt.input, rules.PLAIN),
         granted=lambda: bool(grant_kind()),
+        limited=lambda: limited(token, prompt.tool_name, prompt.input, rules.PLAIN),
+        repeated=lambda: guards.repeated(token, prompt.tool_name, prompt.input),
     )
     call.rule = decision.rule
     return record(call, decision, token, now, functools.partial(_allow_at_once, grant_kind))

@@ -51,7 +51,8 @@ def record(
     now: datetime.datetime,
     run: Callable[[ToolCall, str, datetime.datetime], None],
 ) -> ToolCall:
-    """Apply the gate's decision to a new call and record it (one INSERT): a rule's deny ends it
+    """Apply the gate's decision to a new call and record it (one INSERT): a rule's deny, or a
+    limit it goes over (SPEC 25.1: `call.retry_after` then says when one more fits), ends it
     with nobody asked and nothing run; `run(call, reason, now)` sets what running at once means
     for its kind (a tool call is recorded `running`, a permission prompt ends `done`); else it
     waits for a person."""
@@ -59,13 +60,20 @@ def record(
         call.status, call.decision = CallStatus.SKIPPED, CallDecision.RULE
         call.decided_at = call.ended_at = now
         call.decided_by, call.result = "rule", gate.denied_text(decision.rule)
+    elif decision.reason == RuleDecision.LIMIT:
+        call.status, call.decision = CallStatus.SKIPPED, CallDecision.RULE
+        call.decided_at = call.ended_at = now
+        call.decided_by, call.result = "rule", gate.limited_text(decision.rule, decision.retry_after)
+        call.retry_after = decision.retry_after
     elif decision.run:
         run(call, decision.reason, now)
     else:
         wait_for_a_person(call, token, now)
+        call.repeated = decision.repeated
     callsql.insert(call)
     if call.ended:  # denied by a rule, or a permission prompt allowed at once
         count_end(call)
+    _count_guard(call, decision)
     if call.status == CallStatus.PENDING and token is not None and not _still_live(token):
         # Revoked between this request's auth and now: revoke_token's sweep may have missed it.
         finish(call.id, CallStatus.CANCELLED, TOKEN_REVOKED, decided_at=timezone.now())
@@ -122,6 +130,15 @@ def finish_call(call: ToolCall, status: str, result: str, **fields) -> ToolCall 
 def count_end(call: ToolCall) -> None:
     labels = (call.server_name, call.status, call.decision, call.started_at, call.ended_at)
     db.on_commit(lambda: metrics.call_ended(*labels))
+
+
+def _count_guard(call: ToolCall, decision: gate.Decision) -> None:
+    """A call a limit refused, or one held as a repeat (SPEC 25), once it is committed."""
+    labels = (call.server_name, call.tool)
+    if decision.reason == RuleDecision.LIMIT:
+        db.on_commit(lambda: metrics.rate_limited.labels(*labels).inc())
+    elif call.repeated:
+        db.on_commit(lambda: metrics.repeats_held.labels(*labels).inc())
 
 
 def count_end_of(call_id) -> None:

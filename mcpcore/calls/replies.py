@@ -16,6 +16,7 @@ from django.utils import timezone
 from .. import audit, files, gate, schemas
 from ..choices import CallDecision, CallKind, CallStatus, RuleDecision
 from ..models import Tool, ToolCall
+from . import guards
 from .approvals import allow_answer, allow_session, grant, remember_permission, rule_for
 from .record import CallError, checked, count_end_of, count_reply
 
@@ -242,6 +243,8 @@ def _approve(
             remember_permission(call.token, call.tool_name, who, by)
         if changed and grant_for:
             grant(call.token, call.kind, call.tool_name, who, grant_for, by)
+    if changed and call.repeated:
+        guards.forget_repeats(call)  # approved: that call's count starts again (SPEC 25.2)
     if changed and answer.remember and not prompt:
         try:
             files.add_allow_entry(call.tool_name, repin=True, by=by)

@@ -68,6 +68,8 @@ async def hold_or_ask(ctx, call: ToolCall, token: ApiToken | None, retry: bool =
     wants_progress = isinstance(meta, dict) and meta.get("progressToken") is not None
     # The confirmation's own page, on the Pending page's address (SPEC 13.3, 15).
     waiting = f"waiting for approval: {settings.AGENVOY_PUBLIC_URL}/pending/{call.confirm_id}/"
+    if call.repeated:  # held as a repeat (SPEC 25.2): the agent is told why
+        waiting = f"{waiting} ({call.repeat_note})"
     beats = 0
 
     async def heartbeat() -> None:

@@ -214,6 +214,7 @@ def test_it_lists_prompts_in_v1_pending_with_their_kind(api, api_token, every_to
         "expires_at": rows[str(call.confirm_id)]["expires_at"],
         "call_id": str(call.id),
         "changed": False,
+        "repeated": 0,
     }
     assert rows[str(every_tool_call.confirm_id)]["kind"] == "tool_confirm"
 
@@ -259,7 +260,7 @@ def test_it_shows_a_prompt_on_the_pending_page_with_its_tool_arguments_and_label
 
 def test_it_pushes_prompts_to_an_open_pending_page(agent):
     call = prompt(agent)
-    html = live._render_pending("pending")
+    html = live._render_pending("pending", "admin")
     assert f'id="pending-{call.confirm_id}"' in html and "permission prompt</span>" in html
 
 
