@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 
 from .. import audit
+from ..calls import people
 from ..choices import AuditAction, PersonRole
 from ..models import Group, Person
 from .signin import LoginForm
@@ -85,20 +86,24 @@ def refused(request: HttpRequest, message: str, values: dict, reason: str) -> Im
     return ImmediateHttpResponse(HttpResponse(page, status=403))
 
 
-def apply_claims(user, role: str | None, groups: list[str], first: bool) -> None:
+def apply_claims(user, role: str | None, groups: list[str], first: bool, by: audit.Actor) -> None:
     """The person's role and groups after a sign-in: from the claim with AGENVOY_OIDC_ROLES
     (`role` is then the matched one), else `viewer` on the first sign-in and nothing after.
     An account without a Person row is an admin (models.Person): the row is written in the
-    same transaction as the account."""
+    same transaction as the account. A known person's change is `people.change`'s: audited as
+    `person.edit` and refused (PeopleError) when it would leave no active admin."""
     if role is None:
         if first:
             Person.objects.update_or_create(
                 user=user, defaults={"role": PersonRole.VIEWER, "from_sso": False}
             )
         return
-    Person.objects.update_or_create(user=user, defaults={"role": role, "from_sso": True})
-    wanted = [Group.objects.get_or_create(name=name)[0] for name in group_names(groups)]
-    user.console_groups.set(wanted)
+    if first:
+        Person.objects.update_or_create(user=user, defaults={"role": role, "from_sso": True})
+        user.console_groups.set([Group.objects.get_or_create(name=n)[0] for n in group_names(groups)])
+        return
+    people.change(user, by, role=role, groups=group_names(groups), over_sso=True)
+    Person.objects.filter(user=user).update(from_sso=True)
 
 
 class SocialAccountAdapter(DefaultSocialAccountAdapter):
@@ -134,13 +139,19 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
         if settings.AGENVOY_OIDC_ROLES and role is None:
             raise refused(request, f"{who(values)} has no role in this console.", values, "no role")
         if sociallogin.is_existing:
-            with transaction.atomic():
-                apply_claims(sociallogin.user, role, claimed_groups(values), first=False)
+            user = sociallogin.user
+            by = audit.Actor(user.get_username(), audit.address_of(request))
+            try:
+                with transaction.atomic():
+                    apply_claims(user, role, claimed_groups(values), first=False, by=by)
+            except people.PeopleError as exc:
+                raise refused(request, exc.message, values, "last admin") from None
 
     def save_user(self, request: HttpRequest, sociallogin: SocialLogin, form=None):
         """A new person, with their Person row in the same transaction."""
         with transaction.atomic():
             user = super().save_user(request, sociallogin, form)
             values = claims(sociallogin)
-            apply_claims(user, decided_role(values), claimed_groups(values), first=True)
+            by = audit.Actor(user.get_username(), audit.address_of(request))
+            apply_claims(user, decided_role(values), claimed_groups(values), first=True, by=by)
         return user

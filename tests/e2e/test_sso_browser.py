@@ -193,6 +193,8 @@ def test_it_replaces_role_and_groups_at_the_next_sign_in(browser, mapped, provid
     page = sso_sign_in(browser, mapped, "alice")
     expect(page.get_by_role("heading", name="Servers")).to_be_visible()
     assert person(mapped, "alice") == ("approver", True, ["oncall"])
+    # The provider's change is audited as the People page's is (SPEC 23.1), before and after.
+    assert audit_rows(mapped, "person.edit", "alice")[-1] == {"role": "approver", "groups": ["oncall"]}
     page.context.close()
 
 
