@@ -14,7 +14,13 @@ from tests.otlp import Receiver
 
 SERVER, CLIENT = 2, 3  # OTLP span kinds
 ERROR = 2  # OTLP status code
-DOOR_ATTRIBUTES = {"mcp.method.name", "gen_ai.tool.name", "agenvoy.server", "agenvoy.call_id", "agenvoy.token"}
+DOOR_ATTRIBUTES = {
+    "mcp.method.name",
+    "gen_ai.tool.name",
+    "agenvoy.server",
+    "agenvoy.call_id",
+    "agenvoy.token",
+}
 SECRET = "upstream-secret-" + secrets.token_hex(8)
 
 
@@ -86,7 +92,10 @@ def test_it_puts_the_time_a_person_took_in_a_confirmation_span_of_a_held_call(tr
     assert spans["gate"].attributes == {"agenvoy.decision": "ask"}
     assert spans["POST /v1/mcp/call"].attributes["gen_ai.tool.name"] == "mcp__traced__later"
     assert confirmation.parent_id == door.span_id
-    assert confirmation.attributes == {"agenvoy.decided_by": "token:tests-approver", "agenvoy.call_id": body["call_id"]}
+    assert confirmation.attributes == {
+        "agenvoy.decided_by": "token:tests-approver",
+        "agenvoy.call_id": body["call_id"],
+    }
     assert spans["MCP send tools/call later"].start >= confirmation.end > confirmation.start
     assert spans["MCP send tools/call later"].parent_id == door.span_id
     assert done["result"] == f"00-{trace_id}-{spans['MCP send tools/call later'].span_id}-01"
@@ -104,7 +113,9 @@ def test_it_marks_a_rules_deny_with_the_rule_and_an_error_and_sends_nothing_upst
         "agenvoy.rule": "deny mcp__traced__echo(text:forbidden*)",
     }
     assert spans["POST /v1/mcp/call"].status == ERROR
-    assert not [s for s in otlp.spans if s.name.startswith("MCP send") and s.parent_id == spans["gate"].parent_id]
+    assert not [
+        s for s in otlp.spans if s.name.startswith("MCP send") and s.parent_id == spans["gate"].parent_id
+    ]
 
 
 def test_it_marks_a_call_that_ends_in_error(traced):
@@ -128,9 +139,11 @@ def test_it_continues_an_mcp_clients_trace_from_meta_in_both_eras(traced, mode):
 
     result = anyio.run(go)
     spans = otlp.wait_for(
-        lambda got: [s for s in got if s.trace_id == trace_id and s.name == "MCP send tools/call traceparent"]
-        and [s for s in got if s.trace_id == trace_id and s.name == "tools/call"]
-        and [s for s in got if s.trace_id == trace_id and s.name == "gate"]
+        lambda got: (
+            [s for s in got if s.trace_id == trace_id and s.name == "MCP send tools/call traceparent"]
+            and [s for s in got if s.trace_id == trace_id and s.name == "tools/call"]
+            and [s for s in got if s.trace_id == trace_id and s.name == "gate"]
+        )
     )
     door = next(s for s in otlp.spans if s.trace_id == trace_id and s.name == "tools/call")
     upstream = next(s for s in otlp.spans if s.trace_id == trace_id and s.name.startswith("MCP send"))
@@ -171,7 +184,9 @@ def test_it_traces_a_prompt_get_and_a_resource_read(traced, mode):
 
     async def go():
         async with mcp_client(c, mode=mode) as client:
-            prompt = await client.get_prompt("traced__greet", {"name": "Ada"}, meta={"traceparent": get_parent})
+            prompt = await client.get_prompt(
+                "traced__greet", {"name": "Ada"}, meta={"traceparent": get_parent}
+            )
             read = await client.read_resource("note://traced/readme", meta={"traceparent": read_parent})
             return prompt, read
 
