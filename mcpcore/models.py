@@ -642,6 +642,10 @@ class ToolCall(models.Model):
     # comma-separated, or none): a server's question is relayed to it when it can answer that
     # mode, else it goes to the inbox (SPEC 20.4).
     client_asks = models.CharField(max_length=10, blank=True, default="")
+    # The W3C `traceparent` of the door's span for this call when traces are exported (SPEC
+    # 27): whoever runs the call or records a person's decision, in any process, continues
+    # that trace. Empty when tracing is off.
+    traceparent = models.CharField(max_length=55, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at"]

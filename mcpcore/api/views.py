@@ -4,10 +4,11 @@ import asyncio
 import json
 
 from django.core.exceptions import RequestDataTooBig
-from django.http import JsonResponse
+from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
 from .. import allowlist, audit, control, files, serverconfig, toolviewstore
+from ..calls import traces
 from ..choices import CallStatus, TokenRole
 from ..db import cache
 from ..models import Server, Tool, ToolCall, mask_config
@@ -236,18 +237,31 @@ def _create_call(request: ApiRequest) -> ToolCall:
         body.get("session_id"),
         body.get("mode"),
         local=calls.local_supervisor(request),
+        traceparent=getattr(request, "traceparent", ""),
     )
 
 
+async def mcp_call(request: HttpRequest) -> JsonResponse:
+    """`POST /v1/mcp/call`; with traces exported, a server span of its own that continues
+    the caller's `traceparent` header (SPEC 27), its context kept with the call."""
+    if not traces.ON:
+        return await _mcp_call(request)
+    with traces.server_span("POST /v1/mcp/call", "tools/call", request.headers):
+        request.traceparent = traces.current()  # type: ignore[attr-defined]  # read by _create_call
+        return await _mcp_call(request)
+
+
 @api_view(("POST",), prepare=_create_call)
-async def mcp_call(request: ApiRequest) -> JsonResponse:
+async def _mcp_call(request: ApiRequest) -> JsonResponse:
     from .. import calls
 
     call, wait, local = request.prepared, request.wait_seconds, calls.local_supervisor(request)
     await calls.submit(call, local)
+    traces.called(call)
     answered = await _until_gone(request, calls.wait(call, wait, local=local), wait)
     if answered is None:  # the client hung up: the answer goes nowhere (the call goes on)
         return await _left(call.id)
+    traces.ended(answered)
     return _answer(answered)
 
 

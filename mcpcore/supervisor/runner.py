@@ -22,7 +22,7 @@ import anyio
 from django.conf import settings
 
 from .. import calls, control, db, elicitation, gate, results
-from ..calls import questions
+from ..calls import questions, traces
 from ..choices import CallKind, CallStatus, Via
 from ..models import ToolCall
 from ..oauth import upstream as oauth_upstream
@@ -47,7 +47,10 @@ async def run_claimed(sup: SessionHost, call: ToolCall) -> ToolCall | None:
     stored (None when it was ended meanwhile by someone else, say a cancel)."""
     call_id = str(call.id)
     try:
-        status, text, extra = await _execute(sup, call)
+        # Its upstream request (the SDK's client span) joins the trace of the door it came
+        # in by, whichever process that was (SPEC 27).
+        with traces.continued(call.traceparent):
+            status, text, extra = await _execute(sup, call)
     except asyncio.CancelledError:
         stopping = sup.stopping
         status, text = (
