@@ -40,6 +40,7 @@ BENCHES = [
     "mcp_lists",
     "apptokens",
     "sandbox",
+    "traces",
 ]
 
 
