@@ -136,3 +136,58 @@ class Receiver:
     def everything(self) -> bytes:
         with self.changed:
             return b"".join(self.bodies)
+
+
+def tree(spans: list[Span]) -> list[tuple[int, Span]]:
+    """The spans of one trace as (depth, span), each parent before its children, in start order."""
+    ids = {s.span_id for s in spans}
+    children: dict[str, list[Span]] = {}
+    for s in sorted(spans, key=lambda s: s.start):
+        children.setdefault(s.parent_id if s.parent_id in ids else "", []).append(s)
+    out: list[tuple[int, Span]] = []
+
+    def walk(parent: str, depth: int) -> None:
+        for s in children.get(parent, []):
+            out.append((depth, s))
+            walk(s.span_id, depth + 1)
+
+    walk("", 0)
+    return out
+
+
+SHOWN = ("agenvoy.decision", "agenvoy.rule", "agenvoy.decided_by", "gen_ai.tool.name", "mcp.method.name")
+
+
+def svg(spans: list[Span], title: str) -> str:
+    """A waterfall picture of one trace as received (names, times and the console's
+    attributes), the way a trace viewer shows it."""
+    from html import escape
+
+    rows = tree(spans)
+    t0 = min(s.start for s in spans)
+    total = max(s.end for s in spans) - t0 or 1
+    label_w, bar_w, row_h, top = 390, 520, 34, 48
+    height = top + row_h * len(rows) + 16
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 20}" height="{height}" '
+        'font-family="sans-serif" font-size="12">',
+        f'<rect width="100%" height="100%" fill="#fff"/><text x="10" y="22" font-size="14" '
+        f'font-weight="bold">{escape(title)}</text>',
+        f'<text x="10" y="40" fill="#555">trace {spans[0].trace_id} - {total / 1e6:.0f} ms</text>',
+    ]
+    colours = {0: "#4e79a7", 1: "#f28e2b", 2: "#59a14f"}
+    for i, (depth, s) in enumerate(rows):
+        y = top + i * row_h
+        x = label_w + (s.start - t0) / total * bar_w
+        w = max((s.end - s.start) / total * bar_w, 2)
+        shown = ", ".join(f"{k}={s.attributes[k]}" for k in SHOWN if k in s.attributes)
+        colour = "#e15759" if s.status == 2 else colours.get(depth, "#76b7b2")
+        out += [
+            f'<text x="{10 + depth * 16}" y="{y + 14}">{escape(s.name)}</text>',
+            f'<text x="{10 + depth * 16}" y="{y + 27}" fill="#666" font-size="10">{escape(shown)}</text>',
+            f'<rect x="{x:.1f}" y="{y + 4}" width="{w:.1f}" height="14" fill="{colour}"/>',
+            f'<text x="{min(x + w + 4, label_w + bar_w - 60):.1f}" y="{y + 15}" fill="#333" font-size="10">'
+            f"{(s.end - s.start) / 1e6:.1f} ms</text>",
+        ]
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
