@@ -1,7 +1,9 @@
 """`/v1` views: thin wrappers over the modules that do the work (SPEC 7)."""
 
 import asyncio
+import functools
 import json
+from collections.abc import Callable
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
@@ -241,18 +243,29 @@ def _create_call(request: ApiRequest) -> ToolCall:
     )
 
 
-async def mcp_call(request: HttpRequest) -> JsonResponse:
-    """`POST /v1/mcp/call`; with traces exported, a server span of its own that continues
-    the caller's `traceparent` header (SPEC 27), its context kept with the call."""
-    if not traces.ON:
-        return await _mcp_call(request)
-    with traces.server_span("POST /v1/mcp/call", "tools/call", request.headers):
-        request.traceparent = traces.current()  # type: ignore[attr-defined]  # read by _create_call
-        return await _mcp_call(request)
+def _traced(name: str) -> Callable:
+    """A `/v1` call route as a server span named `name` when traces are exported (SPEC 27):
+    it continues the caller's `traceparent` header, and its context goes with the call
+    (`request.traceparent`, read by the route's `prepare`). The route's attributes (its
+    methods, for the description and the roles) stay the view's."""
+
+    def wrap(view: Callable) -> Callable:
+        @functools.wraps(view)
+        async def traced(request: HttpRequest, *args, **kwargs) -> JsonResponse:
+            if not traces.ON:
+                return await view(request, *args, **kwargs)
+            with traces.server_span(name, "tools/call", request.headers):
+                request.traceparent = traces.current()  # type: ignore[attr-defined]
+                return await view(request, *args, **kwargs)
+
+        return traced
+
+    return wrap
 
 
+@_traced("POST /v1/mcp/call")
 @api_view(("POST",), prepare=_create_call)
-async def _mcp_call(request: ApiRequest) -> JsonResponse:
+async def mcp_call(request: ApiRequest) -> JsonResponse:
     from .. import calls
 
     call, wait, local = request.prepared, request.wait_seconds, calls.local_supervisor(request)
