@@ -6,8 +6,12 @@ import os
 import secrets
 
 import anyio
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
+from mcpcore.calls import traces
 from tests.live import our_server
 from tests.mcpclients import mcp_client
 from tests.otlp import Receiver
@@ -160,10 +164,6 @@ def test_it_continues_a_trace_from_the_http_header_of_an_mcp_request(traced):
     trace_id, span_id, traceparent = caller()
 
     async def go():
-        import httpx2
-        from mcp import Client
-        from mcp.client.streamable_http import streamable_http_client
-
         headers = {"Authorization": f"Bearer {c.token}", "traceparent": traceparent}
         async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
             async with Client(streamable_http_client(c.url + "/mcp", http_client=http)) as client:
@@ -238,8 +238,6 @@ def test_it_exports_no_argument_result_or_secret(traced):
 
 
 def test_it_sets_nothing_up_without_an_endpoint():
-    from mcpcore.calls import traces
-
     saved = {k: os.environ.pop(k) for k in traces.ENDPOINT_VARIABLES if k in os.environ}
     try:
         assert traces.setup() is False
