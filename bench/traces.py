@@ -31,8 +31,8 @@ from tests.live import PYTHON, ROOT, Console, free_port, wait_until
 
 NAME = "traces"
 BASE = os.environ.get("BENCH_TRACES_BASE", "d8447e2")
-CALLS = 1500
-BLOCK = 100
+CALLS = 2000
+BLOCK = 25
 WARMUP = 100
 OFF_TARGET_MS = 0.05
 ON_TARGET_MS = 0.3
