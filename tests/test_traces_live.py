@@ -245,3 +245,19 @@ def test_it_sets_nothing_up_without_an_endpoint():
         assert traces.server_span("x", "tools/call", {"traceparent": caller()[2]}).__enter__() is None
     finally:
         os.environ.update(saved)
+
+
+def test_it_sends_what_is_batched_when_the_console_stops(console):
+    with Receiver() as otlp:
+        # A batch delay of ten minutes: nothing leaves before the console stops.
+        c = console(
+            {"traced": our_server("traced.py")},
+            otlp.env(OTEL_BSP_SCHEDULE_DELAY="600000"),
+            allow=["mcp__traced__echo"],
+        )
+        c.wait_connected("traced")
+        body = c.call("mcp__traced__echo", {"text": "last"}, mode="auto").json()
+        assert body["status"] == "done", body
+        assert not [s for s in otlp.spans if s.attributes.get("agenvoy.call_id") == body["call_id"]]
+        c.stop()
+        otlp.trace_of(body["call_id"], {"POST /v1/mcp/call", "gate", "MCP send tools/call echo"}, timeout=5)
