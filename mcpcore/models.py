@@ -654,6 +654,11 @@ class ToolCall(models.Model):
     requested_arguments = models.JSONField(null=True, blank=True)
     edited_by = models.CharField(max_length=150, blank=True, default="")
 
+    # The W3C `traceparent` of the door's span for this call when traces are exported (SPEC
+    # 27): whoever runs the call or records a person's decision, in any process, continues
+    # that trace. Empty when tracing is off.
+    traceparent = models.CharField(max_length=55, blank=True, default="")
+
     class Meta:
         ordering = ["-created_at"]
         # Each index costs every call's INSERT (and a status index its UPDATE too): calls that

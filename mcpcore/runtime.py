@@ -26,6 +26,7 @@ from channels.security.websocket import AllowedHostsOriginValidator
 
 from . import calls, control, db, metrics
 from .api.app import ApiHandler, ApiRouter
+from .calls import traces
 from .db import cache
 from .mcpserver import McpEndpoint, McpRouter
 from .supervisor import Supervisor, host
@@ -52,6 +53,7 @@ class Runtime:
     def __init__(self, supervisor: Supervisor | None = None) -> None:
         db.use_dedicated_threads()
         cache.enable()
+        traces.setup()
         self.supervisor = supervisor
         self.endpoint: McpEndpoint | None = None
         # The supervisor as requests see it: set once it is hosted, cleared first on stop.
@@ -100,11 +102,12 @@ class Runtime:
         if self.endpoint is not None:
             await self.endpoint.shutdown()
         self._local = None
-        if self.supervisor is None:
-            return
-        try:
-            await asyncio.wait_for(self.supervisor.stop(), timeout)
-        except Exception:
-            log.exception("supervisor stop failed")
-        if self._host is not None:
-            self._host.cancel()
+        if self.supervisor is not None:
+            try:
+                await asyncio.wait_for(self.supervisor.stop(), timeout)
+            except Exception:
+                log.exception("supervisor stop failed")
+            if self._host is not None:
+                self._host.cancel()
+        # Last: the spans of calls the supervisor ended while stopping are in the batch.
+        traces.shutdown()

@@ -1,12 +1,14 @@
 """`/v1` views: thin wrappers over the modules that do the work (SPEC 7)."""
 
 import asyncio
+import functools
 import json
 import uuid
+from collections.abc import Callable
 
 from django.core.exceptions import RequestDataTooBig
 from django.db.models import Count
-from django.http import JsonResponse
+from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
 from .. import (
@@ -22,7 +24,7 @@ from .. import (
     serverconfig,
     toolviewstore,
 )
-from ..calls import people, questions
+from ..calls import people, questions, traces
 from ..choices import CallStatus, TokenRole
 from ..db import cache
 from ..instructions import instructions_block
@@ -280,16 +282,40 @@ def _create_call(request: ApiRequest) -> ToolCall:
         body.get("session_id"),
         body.get("mode"),
         local=calls.local_supervisor(request),
+        traceparent=getattr(request, "traceparent", ""),
     )
 
 
+def _traced(name: str) -> Callable:
+    """A `/v1` call route as a server span named `name` when traces are exported (SPEC 27):
+    it continues the caller's `traceparent` header, and its context goes with the call
+    (`request.traceparent`, read by the route's `prepare`). The route's attributes (its
+    methods, for the description and the roles) stay the view's."""
+
+    def wrap(view: Callable) -> Callable:
+        @functools.wraps(view)
+        async def traced(request: HttpRequest, *args, **kwargs) -> JsonResponse:
+            if not traces.ON:
+                return await view(request, *args, **kwargs)
+            with traces.server_span(name, "tools/call", request.headers):
+                request.traceparent = traces.current()  # type: ignore[attr-defined]
+                return await view(request, *args, **kwargs)
+
+        return traced
+
+    return wrap
+
+
+@_traced("POST /v1/mcp/call")
 @api_view(("POST",), prepare=_create_call)
 async def mcp_call(request: ApiRequest) -> JsonResponse:
     call, wait, local = request.prepared, request.wait_seconds, calls.local_supervisor(request)
     await calls.submit(call, local)
+    traces.called(call)
     answered = await _until_gone(request, calls.wait(call, wait, local=local), wait)
     if answered is None:  # the client hung up: the answer goes nowhere (the call goes on)
         return await _left(call.id)
+    traces.ended(answered)
     return _answer(answered)
 
 

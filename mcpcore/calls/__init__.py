@@ -37,7 +37,7 @@ from ..choices import CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
 from ..db import cache, callsql
 from ..models import ApiToken, Server, Tool, ToolCall, Worker, time_ordered_uuid
 from ..oauth import upstream
-from . import guards
+from . import guards, traces
 from .approvals import (
     allowed,
     app_grant_revoke,
@@ -159,6 +159,7 @@ def create(
     local: LocalSupervisor | None = None,
     within: Callable[[str], bool] | None = None,
     client_asks: str = "",
+    traceparent: str = "",
 ) -> ToolCall:
     """Check a call request (the contract's `schemas.CallRequest`: every door gets the same
     checks and messages), run it through the gate, and record it (SPEC 5, 7). Sync;
@@ -167,7 +168,8 @@ def create(
     `within` may call: `_visible_tool`; a call that runs at once: `_run_at_once`.
 
     `client_asks` is what the MCP client making the call can answer of its server's questions
-    (`ToolCall.client_asks`, SPEC 20.4).
+    (`ToolCall.client_asks`, SPEC 20.4); `traceparent` the door's span (`traces.current()`),
+    kept with the call and the parent of its `gate` span (SPEC 27).
     """
     request = checked(
         schemas.CallRequest, {"name": name, "arguments": arguments, "session_id": session_id, "mode": mode}
@@ -177,7 +179,9 @@ def create(
     if request.mode == Mode.AUTO and token is not None and not token.may_auto:
         raise CallError("this token may not use auto mode", 403)
     session_id = request.session_id or time_ordered_uuid().hex
+    started = traces.clock()
     decision, changed = _decide(token, tool, request.mode, session_id, request.arguments)
+    traces.gate(traceparent, started, decision)
     now = timezone.now()
     call = callsql.new(
         session_id=session_id,
@@ -194,6 +198,7 @@ def create(
         definition_changed=decision.reason == RuleDecision.ASK and changed(),
         via=via,
         client_asks=client_asks,
+        traceparent=traceparent,
     )
     return record(call, decision, token, now, functools.partial(_run_at_once, local))
 
@@ -268,13 +273,14 @@ def create_read(
     session_id: str,
     via: str = Via.MCP,
     local: LocalSupervisor | None = None,
+    traceparent: str = "",
 ) -> ToolCall:
     """Record a prompt get (`kind` prompt: `name` is the prompt's own name, `arguments` its
     arguments) or a resource read (`kind` resource: `name` is the URI) on `server`, decided by
     the gate as every call is (SPEC 20.3): it runs unless a rule says otherwise (`prompt:` rules
     on the registered prompt name, `resource:` rules on the server with the URI). The door has
     already routed it (the server owns the prompt or URI, and the client may see it). Sync, like
-    `create`: run it with `db.write`."""
+    `create`: run it with `db.write` (`traceparent`: as for `create`)."""
     _reachable(server)
     if kind == CallKind.PROMPT:
         tool_name, tool, checked_as = names.registered_name(server.name, name), name, arguments
@@ -282,6 +288,7 @@ def create_read(
     else:
         tool_name, tool, checked_as = name[:700], "", {"uri": name}
         rule_name = f"resource:{server.name}"
+    started = traces.clock()
     decision = gate.decide(
         Mode.CONFIRM,
         allowed=lambda: False,
@@ -290,6 +297,7 @@ def create_read(
         reads=True,
         limited=lambda: limited(token, rule_name, checked_as),
     )
+    traces.gate(traceparent, started, decision)
     now = timezone.now()
     call = callsql.new(
         kind=kind,
@@ -304,6 +312,7 @@ def create_read(
         created_at=now,
         rule=decision.rule,
         via=via,
+        traceparent=traceparent,
     )
     return record(call, decision, token, now, functools.partial(_run_at_once, local))
 
@@ -519,6 +528,7 @@ async def respond(
     ReplyError with the API's message and status. `by`: who replied, for the audit rows of
     the allowances it makes (default: `who`)."""
     call = await db.run(reply, session_id, confirm_id, body, who, authorize, by)
+    traces.confirmation(call)
     if call.status == CallStatus.RUNNING:
         await dispatch(call, local)
     await announce(str(call.id))

@@ -100,7 +100,11 @@ class McpEndpoint:
             # run a whole tools/list before each call to validate Mcp-Param headers.
             get_tool_input_schema=lambda name: None,
         )
-        self.server.middleware.append(context.ConsoleMiddleware(self.changes, self.server))
+        # The console's spans in place of the SDK's (context.TraceMiddleware), then its own.
+        self.server.middleware = [
+            context.TraceMiddleware(),
+            context.ConsoleMiddleware(self.changes, self.server),
+        ]
         self.manager = StreamableHTTPSessionManager(self.server, json_response=False)
         self._ready: asyncio.Future | None = None
         self._stop: asyncio.Event | None = None

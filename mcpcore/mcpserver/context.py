@@ -18,6 +18,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, SERVER_IN
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import calls, db
+from ..calls import traces
 from ..models import ApiToken
 from . import catalog, relay
 
@@ -107,6 +108,25 @@ def answers_refusals[H: Callable[..., Awaitable[dict]]](handler: H) -> H:
             return {"resultType": "complete", **text_result(exc.message, True)}
 
     return cast(H, answering)
+
+
+# The requests that are calls (SPEC 27): each is a server span of its own.
+TRACED = frozenset({"tools/call", "prompts/get", "resources/read"})
+
+
+class TraceMiddleware:
+    """A call's server span (SPEC 27), named after its method, continuing the client's trace
+    from `_meta.traceparent` or else the HTTP request's `traceparent` header. It stands in for
+    the SDK's own `OpenTelemetryMiddleware`, which would add a second server span per request
+    and reads `_meta` alone."""
+
+    async def __call__(self, ctx, call_next):
+        if not traces.ON or ctx.method not in TRACED:
+            return await call_next(ctx)
+        meta = (ctx.params or {}).get("_meta")
+        headers = ctx.request.headers if ctx.request is not None else None
+        with traces.server_span(ctx.method, ctx.method, meta if isinstance(meta, dict) else None, headers):
+            return await call_next(ctx)
 
 
 class ConsoleMiddleware:

@@ -12,6 +12,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
 
 from .. import calls, control, db, rules
+from ..calls import traces
 from ..choices import CallKind, CallStatus, Via
 from ..db import cache
 from ..models import ApiToken, ToolCall
@@ -78,23 +79,38 @@ async def on_read_resource(ctx, params) -> dict:
     return await _through_the_gate(ctx, CallKind.RESOURCE, server, uri, {})
 
 
-def _create(token: ApiToken, kind: str, server: str, name: str, arguments: dict, session_id: str, local):
+def _create(
+    token: ApiToken,
+    kind: str,
+    server: str,
+    name: str,
+    arguments: dict,
+    session_id: str,
+    local,
+    traceparent: str,
+):
     row = cache.server(server)  # with a warm cache no ORM: the write stays on the loop's connection
     if row is None:
         return None
-    return calls.create_read(token, kind, row, name, arguments, session_id, via=Via.MCP, local=local)
+    return calls.create_read(
+        token, kind, row, name, arguments, session_id, via=Via.MCP, local=local, traceparent=traceparent
+    )
 
 
 async def _through_the_gate(ctx, kind: str, server: str, name: str, arguments: dict) -> dict:
     token, _endpoint = caller(ctx)
     local = local_of(ctx)
-    call = await db.write(_create, token, kind, server, name, arguments, session_of(ctx, token), local)
+    call = await db.write(
+        _create, token, kind, server, name, arguments, session_of(ctx, token), local, traces.current()
+    )
     if call is None:  # the server went away between the lookup and now
         if kind == CallKind.PROMPT:
             raise MCPError(INVALID_PARAMS, f"unknown prompt: {name}")
         raise unknown_resource(ctx, name)
     await calls.submit(call, local)
+    traces.called(call)
     call = await hold(ctx, call)
+    traces.ended(call)
     return answer(call)
 
 

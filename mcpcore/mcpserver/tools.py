@@ -10,7 +10,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from .. import calls, db, names
-from ..calls import questions
+from ..calls import questions, traces
 from ..choices import CallStatus, Mode, Via
 from ..models import ApiToken, Tool, ToolCall
 from . import catalog, relay
@@ -46,11 +46,14 @@ async def _call_tool(ctx, params) -> dict:
             session_of(ctx, token),
             local,
             client_asks=client_asks(ctx),
+            traceparent=traces.current(),
         )
         await calls.submit(call, local)
+    traces.called(call)
     held = await hold_or_ask(ctx, call, token, retry=params.request_state is not None)
     if isinstance(held, dict):
         return held
+    traces.ended(held)
     return await call_result(held)
 
 
@@ -91,7 +94,14 @@ def registered_of(endpoint: str, name: str) -> str | None:
 
 
 def _create(
-    token, endpoint: str, name: str, arguments: dict, session_id: str, local=None, client_asks: str = ""
+    token,
+    endpoint: str,
+    name: str,
+    arguments: dict,
+    session_id: str,
+    local=None,
+    client_asks: str = "",
+    traceparent: str = "",
 ) -> ToolCall:
     """The call of the tool behind the exposed name, through the gate (one database hop). The
     endpoint's view narrows it as the token's views do (`calls.create(within=...)`)."""
@@ -109,6 +119,7 @@ def _create(
             local=local,
             within=own,
             client_asks=client_asks,
+            traceparent=traceparent,
         )
 
     registered = registered_of(endpoint, name)

@@ -31,7 +31,7 @@ from mcp_types import (
 )
 
 from .. import calls, control, db, elicitation, gate, results
-from ..calls import questions
+from ..calls import questions, traces
 from ..choices import CallKind, CallStatus, QuestionStatus, Via
 from ..models import ToolCall
 from ..oauth import upstream as oauth_upstream
@@ -56,7 +56,10 @@ async def run_claimed(sup: SessionHost, call: ToolCall) -> ToolCall | None:
     stored (None when it was ended meanwhile by someone else, say a cancel)."""
     call_id = str(call.id)
     try:
-        status, text, extra = await _execute(sup, call)
+        # Its upstream request (the SDK's client span) joins the trace of the door it came
+        # in by, whichever process that was (SPEC 27).
+        with traces.continued(call.traceparent):
+            status, text, extra = await _execute(sup, call)
     except asyncio.CancelledError:
         stopping = sup.stopping
         status, text = (

@@ -21,21 +21,23 @@ SERVERS = [f"s{i}" for i in range(1, 6)]
 class Cluster:
     """Redis, PostgreSQL, two web processes (daphne) and two `mcpworker`s, with five of our
     echo servers (`SERVERS`) in mcp.json, or the mcp.json `servers` given, and `allow` lines in
-    allow_tool."""
+    allow_tool; `env`: more settings for every process."""
 
-    def __init__(self, servers: dict | None = None, allow: list[str] | None = None) -> None:
+    def __init__(
+        self, servers: dict | None = None, allow: list[str] | None = None, env: dict | None = None
+    ) -> None:
         self.base = Path(tempfile.mkdtemp(prefix="agenvoy-scale-"))
         os.chmod(self.base, 0o755)
         self.procs: dict[str, subprocess.Popen] = {}
         self.redis: Redis | None = None
         self.pg: Postgres | None = None
         try:
-            self._start(servers, allow)
+            self._start(servers, allow, env or {})
         except BaseException:
             self.close()  # a start that failed half-way leaves no process behind
             raise
 
-    def _start(self, servers: dict | None, allow: list[str] | None) -> None:
+    def _start(self, servers: dict | None, allow: list[str] | None, env: dict) -> None:
         self.redis = Redis(self.base)
         self.pg = Postgres(self.base)
         home = self.base / "home"
@@ -54,6 +56,7 @@ class Cluster:
             "DJANGO_SECRET_KEY": "scale-test",
             "PYTHONUNBUFFERED": "1",
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            **env,
         }
         self.manage("migrate", "--noinput", "-v0")
         self.token = self.manage("create_token", "scale", "--role", "admin").strip()
@@ -68,7 +71,8 @@ class Cluster:
         with open(self.base / f"{name}.log", "ab") as log:  # the child keeps its own copy
             proc = subprocess.Popen(
                 cmd,
-                env={**self.env, **env},
+                # Each process names itself in its traces' resource (SPEC 27; inert untraced).
+                env={**self.env, "OTEL_RESOURCE_ATTRIBUTES": f"service.instance.id={name}", **env},
                 cwd=ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
