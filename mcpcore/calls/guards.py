@@ -34,7 +34,10 @@ _ITEMS: dict[str, type[RateLimitItem]] = {
 _REPEAT = "repeat"
 _state: dict = {"limiter": None}
 # `limits`' own expiry pass of its memory storage (the one private name used here; tests/test_guards.py
-# checks it is there, so an upgrade that renames it fails a test instead of leaking).
+# checks it is there, so an upgrade that renames it fails a test instead of leaking). Why private:
+# `limits` 5.8 has no public way to sweep expired entries without its thread-per-idle-period
+# timer (no issue filed in alisaifee/limits yet; the missing API is a storage option for the
+# expiry interval, or a public `expire()`).
 _EXPIRE = "_MemoryStorage__expire_events"
 SWEEP_SECONDS = 1.0
 
