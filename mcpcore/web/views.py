@@ -1417,7 +1417,12 @@ def account(request: HtmxRequest) -> HttpResponse:
         "passkeys": Authenticator.objects.filter(user=request.user, type=Authenticator.Type.WEBAUTHN).count(),
         "has_recovery_codes": Authenticator.Type.RECOVERY_CODES in kinds,
         "sessions": [(s, display.browser_of(s.user_agent)) for s in sessions],
-        "required": settings.AGENVOY_REQUIRE_2FA and not signin.has_second_factor(request.user),
+        # Not asked of a person signed in through the identity provider (SPEC 23.2), who has no
+        # password here to change either.
+        "required": settings.AGENVOY_REQUIRE_2FA
+        and not audit.through_provider(request, request.user)
+        and not signin.has_second_factor(request.user),
+        "password": request.user.is_authenticated and request.user.has_usable_password(),
     }
     return render(request, "mcpcore/account.html", context)
 

@@ -185,6 +185,11 @@ def test_it_signs_in_with_the_role_of_the_providers_groups_and_no_second_factor(
     # The highest role met; groups exactly the claim's values that are group names.
     assert person(mapped, "alice") == ("admin", True, ["ops", "platform"])
     assert audit_rows(mapped, "signin.ok", "alice") == [{"via": "sso"}]
+    # Account offers no password to change and asks for no second factor (SPEC 23.2).
+    page.goto("/account/")
+    expect(page.get_by_text("there is no password here to change")).to_be_visible()
+    expect(page.get_by_role("link", name="Change password")).to_have_count(0)
+    expect(page.get_by_role("alert")).to_have_count(0)
     page.context.close()
 
 
