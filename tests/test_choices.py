@@ -37,9 +37,10 @@ def test_it_keeps_the_words_of_the_contract():
         "resource",
     ]
     assert choices.Mode.values == ["confirm", "auto"]
-    assert choices.RuleDecision.values == ["deny", "ask", "allow"]
+    assert choices.RuleDecision.values == ["deny", "ask", "allow", "limit"]  # limit: SPEC 25.1
     assert choices.Via.values == ["rest", "mcp", "hook"]
     assert choices.TokenRole.values == ["agent", "approver", "admin"]
+    assert choices.PersonRole.values == ["admin", "approver", "viewer"]  # SPEC 23.1
     assert choices.TargetKind.values == ["webhook", "ntfy"]
     assert choices.DeliveryStatus.values == ["pending", "sent", "failed"]
     # SPEC 20.4: how a server asks, and where its question is.
