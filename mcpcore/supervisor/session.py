@@ -13,7 +13,7 @@ import logging
 import math
 import random
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import IO, Protocol
 
 import anyio
@@ -30,7 +30,7 @@ from ..choices import ServerState, Transport
 from ..models import Server
 from ..oauth import upstream as oauth_upstream
 from . import transport, upstream
-from .askers import Asker, Askers
+from .askers import Asker, Askers, Filed
 from .errors import describe, found, is_session_lost
 from .listings import Listings
 from .subscriptions import Subscriptions
@@ -123,7 +123,6 @@ class ServerSession:
         self._reconnect = False
         self._attempt_done: list[asyncio.Future] = []
         self.call_timeout: float | None = None
-        self.active_calls = 0
         # The expanded secret values of the current config, kept out of stored errors and logs.
         self.secrets: list[str] = []
         # The `Server.config_hash` the supervisor last (re)started it for.
@@ -169,17 +168,16 @@ class ServerSession:
     def session_lost(self) -> None:
         self._lost.set()
 
-    @contextlib.contextmanager
-    def running(self, asker: Asker) -> Iterator[None]:
-        """A call running on this session, from its start to its end: counted (no ping is
-        sent while one runs, and the supervisor keeps the session where it is) and filed for
-        the questions its server asks (`askers`)."""
-        self.active_calls += 1
-        try:
-            with self.askers.filed(asker):
-                yield
-        finally:
-            self.active_calls -= 1
+    def running(self, asker: Asker) -> Filed:
+        """A call running on this session, from its start to its end: filed for the questions
+        its server asks (`askers`), and so counted (`active_calls`)."""
+        return self.askers.filed(asker)
+
+    @property
+    def active_calls(self) -> int:
+        """The calls running on it: no ping is sent while one runs, and the supervisor keeps
+        the session where it is."""
+        return len(self.askers.running)
 
     @property
     def needs_authorization(self) -> bool:

@@ -3,6 +3,7 @@
 work) and `Supervisor._hand_over` itself, and reads the rows they leave."""
 
 import datetime
+from types import SimpleNamespace
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -61,16 +62,16 @@ async def test_it_hands_the_idle_surplus_over_in_one_tick_until_the_second_worke
     assert owned == {"a", "b", "c", "d"} and share == 4  # alone, everything is its share
     for name in owned:
         w1.sessions[name] = ServerSession(w1, name)  # held here (never started)
-    w1.sessions["d"].active_calls = 1  # a call runs on d: d stays where it is
-
-    w2 = await db.run(worker, "w2")
-    assert (await db.run(w2._leases))[0] == set()  # nothing free yet
-    owned, _configs, share, _every = await db.run(w1._leases)
-    assert share == 2
-    owned = await w1._hand_over(owned, len(owned) - share)
-    assert owned == {"a", "d"}  # the whole idle surplus at once, from the top; never d
-    assert (await db.run(w2._leases))[0] == {"b", "c"}
-    assert set(w1.sessions) == {"a", "d"} and w1.sessions["d"].active_calls == 1
+    # A call runs on d (filed as the runner files it): d stays where it is.
+    with w1.sessions["d"].running(SimpleNamespace(call_id="on-d")):
+        w2 = await db.run(worker, "w2")
+        assert (await db.run(w2._leases))[0] == set()  # nothing free yet
+        owned, _configs, share, _every = await db.run(w1._leases)
+        assert share == 2
+        owned = await w1._hand_over(owned, len(owned) - share)
+        assert owned == {"a", "d"}  # the whole idle surplus at once, from the top; never d
+        assert (await db.run(w2._leases))[0] == {"b", "c"}
+        assert set(w1.sessions) == {"a", "d"} and w1.sessions["d"].active_calls == 1
     assert await db.run(owners) == {"a": "w1", "b": "w2", "c": "w2", "d": "w1"}
     # Balanced: a further tick of each moves nothing.
     owned, _configs, share, _every = await db.run(w1._leases)

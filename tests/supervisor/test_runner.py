@@ -4,6 +4,7 @@ reached through the SDK's in-memory transport behind a pipe the test can cut, as
 stdio server cuts its pipes; the session around it is the supervisor's own `ServerSession`."""
 
 import contextlib
+import sys
 
 import anyio
 import pytest
@@ -12,13 +13,15 @@ from mcp.client._memory import InMemoryTransport
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from mcpcore import db
+from mcpcore import calls, db
 from mcpcore.models import ToolCall
 from mcpcore.supervisor import Supervisor, transport
 from mcpcore.supervisor.session import ServerSession
 from tests.rows import claimed_call, write_servers
 
 NAME = "mem"
+# What a `contextlib` manager (one made of a generator) runs as its block is entered.
+ENTERS = ("__enter__", "__aenter__")
 
 
 class Dying:
@@ -174,3 +177,34 @@ async def test_it_hands_no_database_job_to_the_thread_for_a_call_that_asked_noth
         monkeypatch.setattr(db, "run", real_run)
     assert stored is not None and (stored.status, stored.result) == ("done", "hello on connection 1")
     assert handed == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_it_runs_and_waits_on_a_call_through_no_context_manager_made_of_a_generator(
+    agenvoy_home, monkeypatch
+):
+    # Every call runs and is waited on here: a `contextlib` manager (a generator's) costs it five
+    # to eight more Python calls than a class's or a try/finally. Two nested on the runner's
+    # session and one in `calls.wait` were 20 of the 28 Python calls the reshaping of issue 40
+    # added to each `POST /v1/mcp/call` (branch perf-house).
+    dying, _seen = server_that_dies(times=0)
+    async with supervisor_holding(dying, agenvoy_home, monkeypatch) as sup:
+        call = await claimed_call(sup.name, NAME, "work", {"text": "hello"})
+        entered: list[str] = []
+
+        def profile(frame, event, _arg) -> None:
+            code, caller = frame.f_code, frame.f_back
+            if event == "call" and code.co_filename == contextlib.__file__ and code.co_name in ENTERS:
+                if caller is not None and "/mcpcore/" in caller.f_code.co_filename:
+                    entered.append(caller.f_code.co_qualname)
+
+        sys.setprofile(profile)  # this thread: the loop the run and the wait are tasks of
+        try:
+            with anyio.fail_after(60):
+                sup.run(call)
+                stored = await calls.wait(call, 60, local=sup)
+        finally:
+            sys.setprofile(None)
+    assert (stored.status, stored.result) == ("done", "hello on connection 1")
+    assert entered == []
