@@ -55,6 +55,16 @@ ACTIONS = {
     "app-allow": "the Allow an app page, in its own module with the OAuth flow: tests/e2e/test_apps_browser.py",
     "app-revoke": "tokens (after the revoke): tests/e2e/test_apps_browser.py",
     "pending-answer": "pending (htmx fragment inside it): tests/e2e/test_questions_browser.py",
+    "pending-extend": "pending (htmx fragment inside it): tests/e2e/test_approval_changes_browser.py",
+    "pending-edit": "pending-detail (its form): tests/e2e/test_approval_changes_browser.py",
+    "pending-decide": "pending (htmx fragment inside it): tests/e2e/test_approval_changes_browser.py",
+    "people": "its own module, with its forms: tests/e2e/test_people_browser.py",
+    "person-add": "people (a link shown once): tests/e2e/test_people_browser.py",
+    "person-edit": "people (redirect): tests/e2e/test_people_browser.py",
+    "person-active": "people (redirect): tests/e2e/test_people_browser.py",
+    "group-add": "people (redirect): tests/e2e/test_people_browser.py",
+    "group-edit": "people (redirect): tests/e2e/test_people_browser.py",
+    "group-remove": "people (redirect): tests/e2e/test_people_browser.py",
 }
 PAGES_SEEN: dict[str, list[str]] = {}
 PROBLEMS: list[str] = []
@@ -236,6 +246,7 @@ def test_it_keeps_every_reason_field_when_a_push_replaces_the_list_during_its_re
     # list, and htmx's swap there took the page's kept fields (hx-preserve) out of the page: a
     # cold CI run found a Reason label with no field. The push now waits for the refresh
     # (static/mcpcore/console.js), and every item keeps its field.
+    # Two different calls: identical ones of one token are one row (SPEC 24.6).
     first = call_in_background(console, CONVERT, convert_args(), agent["token"], session_id="push-1")
     page.goto("/pending/")
     expect(page.locator("article.pending", has=page.get_by_text("push-1"))).to_be_visible()
@@ -254,7 +265,7 @@ def test_it_keeps_every_reason_field_when_a_push_replaces_the_list_during_its_re
     with page.expect_request(lambda r: r.url.endswith("/pending/") and bool(r.headers.get("hx-request"))):
         page.evaluate("() => { htmx.trigger(document.body, 'agv-resync'); }")
     expect(page.locator("#pending-list.htmx-request")).to_have_count(1)
-    second = call_in_background(console, CONVERT, convert_args(), agent["token"], session_id="push-2")
+    second = call_in_background(console, CONVERT, convert_args("13:00"), agent["token"], session_id="push-2")
     expect(page.locator("#pending-badge")).to_have_text("2")  # the push came (the badge beside the list)
     assert len(held) == 1, "the list's refresh was not held"
     with page.expect_response(lambda r: r.request == held[0].request):
@@ -268,8 +279,8 @@ def test_it_keeps_every_reason_field_when_a_push_replaces_the_list_during_its_re
         assert answer(box)["body"]["status"] == "skipped"
 
 
-def convert_args() -> dict:
-    return {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"}
+def convert_args(time: str = "12:00") -> dict:
+    return {"source_timezone": "UTC", "time": time, "target_timezone": "Europe/Paris"}
 
 
 def tab_to(page: Page, target, limit: int = 80) -> None:
