@@ -536,3 +536,14 @@ def insert_call_rows(db_path: Path, rows) -> None:
             conn.executemany(_CALL_INSERT, rows)
     finally:
         conn.close()
+
+
+@contextlib.contextmanager
+def rules(client, *lines: str):
+    """These rules in force over `/v1` (an admin client) while the block runs; none after."""
+    r = client.post("/v1/rules", {"rules": list(lines)})
+    assert r.status_code == 200, r.text
+    try:
+        yield
+    finally:
+        assert client.post("/v1/rules", {"rules": []}).status_code == 200

@@ -3,7 +3,6 @@ held for a person (25.2), on a live console (`manage.py serve`) through every do
 MCP endpoint in both protocol eras (the SDK's `Client`), and Claude Code's HTTP hook; the pages
 and `/metrics` say what happened. The parser's part is in tests/test_rules.py."""
 
-import contextlib
 import re
 import time
 
@@ -12,7 +11,7 @@ import pytest
 from mcp import MCPError
 
 from tests.claude_code import PERMISSION_REQUEST, PRE_TOOL_USE, payload
-from tests.live import db_rows, our_server, signed_in, wait_until
+from tests.live import db_rows, our_server, rules, signed_in, wait_until
 from tests.mcpclients import in_thread, mcp_client
 
 pytestmark = pytest.mark.live
@@ -42,16 +41,6 @@ def agent(c):
 
 def secret_of(client) -> str:
     return client.headers["Authorization"].split()[1]
-
-
-@contextlib.contextmanager
-def rules(c, *lines: str):
-    r = c.post("/v1/rules", {"rules": list(lines)})
-    assert r.status_code == 200, r.text
-    try:
-        yield
-    finally:
-        assert c.post("/v1/rules", {"rules": []}).status_code == 200
 
 
 def call(client, name: str, arguments: dict, mode: str = "auto", **extra):

@@ -5,7 +5,6 @@ eras and the TypeScript SDK's client (tests/mcp_ts_client.mjs), against npm
 stdio, `b` over streamable HTTP) that both list `test://shared`, and tests/servers/listings.py
 built without a completion handler (`plain`)."""
 
-import contextlib
 import os
 import sqlite3
 import sys
@@ -34,6 +33,7 @@ from tests.live import (
     everything_stdio,
     our_server,
     over_http,
+    rules,
     signed_in,
     wait_until,
 )
@@ -163,16 +163,6 @@ def db_calls(c, kind: str) -> list[str]:
     finally:
         conn.close()
     return [str(uuid.UUID(r[0])) for r in rows]
-
-
-@contextlib.contextmanager
-def rules(c, *lines: str):
-    r = c.post("/v1/rules", {"rules": list(lines)})
-    assert r.status_code == 200, r.text
-    try:
-        yield
-    finally:
-        assert c.post("/v1/rules", {"rules": []}).status_code == 200
 
 
 def pending_of(c, kind: str, tool_name: str) -> list[dict]:
