@@ -653,6 +653,12 @@ class ToolCall(models.Model):
     # arguments as the agent asked (`arguments` holds them as run); None and "" otherwise.
     requested_arguments = models.JSONField(null=True, blank=True)
     edited_by = models.CharField(max_length=150, blank=True, default="")
+    # Who decides a confirmation (SPEC 24.1, 24.2): the group its `ask[<group>]` line names
+    # ("" for every approver and admin), the approvals it needs, and those it has so far
+    # (`[{"by", "at"}]`, in order).
+    for_group = models.CharField(max_length=64, blank=True, default="", db_default="")
+    approvals_needed = models.PositiveSmallIntegerField(default=1, db_default=1)
+    approvals = models.JSONField(default=list, db_default=[])
 
     class Meta:
         ordering = ["-created_at"]
@@ -785,6 +791,8 @@ class ToolCall(models.Model):
                 "kind": self.history_kind,
                 "requested_arguments": self.requested_arguments,
                 "edited_by": self.edited_by,
+                "for": self.for_group or None,
+                "approvals": self.approvals,
             }
         )
         if self.kind == CallKind.RESOURCE:
@@ -803,6 +811,8 @@ class ToolCall(models.Model):
             "call_id": str(self.id),
             "changed": self.definition_changed,
             "repeated": self.repeated,
+            "for": self.for_group or None,
+            "approvals": self.approvals,
         }
         if self.via == "hook":
             item["cwd"] = self.cwd

@@ -16,7 +16,7 @@ from django.utils import timezone
 from .. import audit, files, gate, schemas
 from ..choices import CallDecision, CallKind, CallStatus, RuleDecision
 from ..models import Tool, ToolCall
-from . import guards
+from . import guards, routing
 from .approvals import allow_answer, allow_session, grant, remember_permission, rule_for
 from .record import CallError, checked, count_end_of, count_reply
 
@@ -34,17 +34,25 @@ EXTEND_LIMIT = datetime.timedelta(hours=24)
 
 
 def reply(
-    session_id: str, confirm_id: str, body: dict, who: str, authorize=None, by: audit.Actor | None = None
+    session_id: str,
+    confirm_id: str,
+    body: dict,
+    who: "str | routing.Replier",
+    authorize=None,
+    by: audit.Actor | None = None,
 ) -> ToolCall:
     """Apply a person's reply to a pending confirmation (SPEC 5); returns the updated call.
 
     `authorize(call)`, when given, runs once the confirmation is found and raises to refuse
-    the replier (the `/v1` token rights, SPEC 12.1); then `body` is checked (`schemas.Reply`),
-    before the 410 of a decided call. The allowances it makes are audited as `by`'s (default:
-    `who`); "approve and remember" of a tool call is a `trust.change` (it writes allow_tool)."""
+    the replier (the `/v1` token rights, SPEC 12.1); then whether `who` may decide it (24.1,
+    `routing`); then `body` is checked (`schemas.Reply`), before the 410 of a decided call. The
+    allowances it makes are audited as `by`'s (default: `who`); "approve and remember" of a
+    tool call is a `trust.change` (it writes allow_tool)."""
     call = _confirmation(session_id, confirm_id)
     if authorize is not None:
         authorize(call)
+    refuse_routed(call, who)
+    who = routing.name_of(who)
     answer = checked(schemas.Reply, body, ReplyError)
     if (
         call.is_prompt_or_resource
@@ -85,11 +93,18 @@ def reply(
     return call
 
 
+def refuse_routed(call: ToolCall, who: "str | routing.Replier") -> None:
+    """Raise the 403 of SPEC 24.1 for one who may not decide `call` (`routing.refusal`)."""
+    refused = routing.refusal(call, who)
+    if refused is not None:
+        raise ReplyError(refused, 403)
+
+
 def decide_many(
     ids: list[str],
     approve: bool,
     reason: str,
-    who: str,
+    who: "str | routing.Replier",
     refusal: Callable[[ToolCall], str | None] | None = None,
     by: audit.Actor | None = None,
 ) -> tuple[dict[str, str], list[ToolCall]]:
@@ -99,6 +114,7 @@ def decide_many(
     one read of which rows that UPDATE decided (its `decided_at`, so one decided by someone
     else meanwhile is told 410, exactly). A permission prompt's approval is its own answer
     (`reply`, one by one). Returns each id's result ("ok" or the error) and the calls decided."""
+    replier, who = who, routing.name_of(who)
     results: dict[str, str] = {}
     wanted: dict[str, uuid.UUID] = {}
     for raw in ids:
@@ -112,6 +128,7 @@ def decide_many(
     for raw, cid in wanted.items():
         call = found.get(cid)
         refused = NOT_FOUND if call is None else refusal(call) if refusal is not None else None
+        refused = refused or (routing.refusal(call, replier) if call is not None else None)
         if call is None or refused is not None:
             results[raw] = refused or NOT_FOUND
         elif call.status != CallStatus.PENDING or (call.expires_at and call.expires_at <= now):
@@ -120,7 +137,7 @@ def decide_many(
             results[raw] = GONE
         else:
             chosen[raw] = call
-    decided = _prompts_approved(chosen, who, by, results) if approve else []
+    decided = _prompts_approved(chosen, replier, by, results) if approve else []
     bulk = {raw: c for raw, c in chosen.items() if raw not in results}
     fields = _decided_fields(approve, reason, who, now)
     live = Q(expires_at__isnull=True) | Q(expires_at__gt=now)
@@ -153,7 +170,7 @@ def _decided_fields(approve: bool, reason: str, who: str, now: datetime.datetime
 
 
 def _prompts_approved(
-    chosen: dict[str, ToolCall], who: str, by: audit.Actor | None, results: dict[str, str]
+    chosen: dict[str, ToolCall], who: "str | routing.Replier", by: audit.Actor | None, results: dict[str, str]
 ) -> list[ToolCall]:
     """The permission prompts of a batch approved, each through `reply` (its answer is its
     own); their results are set in `results`."""
@@ -263,9 +280,9 @@ def extended_expiry(created_at: datetime.datetime, now: datetime.datetime) -> da
     return until
 
 
-def extend_confirmation(confirm_id, authorize=None) -> ToolCall | None:
+def extend_confirmation(confirm_id, who: "str | routing.Replier", authorize=None) -> ToolCall | None:
     """Extend a pending confirmation (SPEC 24.4), refused as a reply is (12.1: `authorize(call)`
-    raises to refuse the replier, before the 410), and 400 past 24 hours. The expiry is the
+    raises to refuse the replier, then 24.1's group, before the 410), and 400 past 24 hours. The
     row's, so every waiter and the supervisor's sweep read the new one. Returns the call with
     its new expiry; None when no confirmation has this id (it may name a server's question)."""
     try:
@@ -277,6 +294,7 @@ def extend_confirmation(confirm_id, authorize=None) -> ToolCall | None:
         return None
     if authorize is not None:
         authorize(call)
+    refuse_routed(call, who)
     now = timezone.now()
     if call.status == CallStatus.PENDING and call.expires_at and call.expires_at <= now:
         expire(call.id)

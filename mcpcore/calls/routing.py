@@ -1,0 +1,89 @@
+"""Who may decide a pending confirmation (SPEC 24.1): one an `ask[<group>]` line held is for
+that group's members (people, and approver tokens in the group) and admins (admin people and
+admin tokens); any other is for every approver and admin, as before. Every door's reply, batch,
+extension and answer goes through the call layer's one check here (`refusal`), after the door's
+own 12.1 refusals and before the 410.
+"""
+
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+
+from ..choices import PersonRole, TokenRole
+from ..models import ApiToken, Group, NotificationTarget, ToolCall
+from .people import role_of
+
+
+@dataclass(frozen=True)
+class Replier:
+    """Who replies to a pending item: a signed-in person (`user_id`), an API token (`token`),
+    or a notification target's one-tap link (`target`). `name` is what `decided_by` says."""
+
+    name: str
+    user_id: int | None = None
+    token: ApiToken | None = None
+    target: NotificationTarget | None = None
+
+    @classmethod
+    def person(cls, user) -> "Replier":
+        return cls(user.get_username(), user_id=user.pk)
+
+    @classmethod
+    def of_token(cls, token: ApiToken) -> "Replier":
+        return cls(f"token:{token.name}", token=token)
+
+    @classmethod
+    def one_tap(cls, target: NotificationTarget) -> "Replier":
+        return cls(f"{target.name} (one-tap)", target=target)
+
+
+def name_of(who: "str | Replier") -> str:
+    """What `decided_by` says of a replier."""
+    return who.name if isinstance(who, Replier) else who
+
+
+def _as_replier(who: "str | Replier") -> Replier:
+    """A door's replier as given; a bare name (the call layer's own callers, commands) is the
+    person of that username, or nobody's member when there is none."""
+    if isinstance(who, Replier):
+        return who
+    user = get_user_model().objects.filter(username=who).first() if "\x00" not in who else None
+    return Replier(who, user_id=user.pk if user is not None else None)
+
+
+def for_text(group: str) -> str:
+    return f"this confirmation is for {group}"
+
+
+def deciding_groups(replier: "str | Replier") -> frozenset[str] | None:
+    """The groups whose confirmations `replier` decides (SPEC 24.1); None for every group (an
+    admin person or token; a target's link, whose sending decided what it may answer, 24.7)."""
+    who = _as_replier(replier)
+    if who.token is not None:
+        if who.token.role == TokenRole.ADMIN:
+            return None
+        return frozenset(Group.objects.filter(tokens=who.token.pk).values_list("name", flat=True))
+    if who.target is not None:
+        return None
+    if who.user_id is None:
+        return frozenset()
+    if role_of(get_user_model()(pk=who.user_id)) == PersonRole.ADMIN:
+        return None
+    return frozenset(Group.objects.filter(people=who.user_id).values_list("name", flat=True))
+
+
+def decides(call: ToolCall, groups: frozenset[str] | None) -> bool:
+    """Whether one deciding `groups` (`deciding_groups`) decides `call`."""
+    return not call.for_group or groups is None or call.for_group in groups
+
+
+def may_decide(call: ToolCall, replier: "str | Replier") -> bool:
+    """Whether `replier` may decide `call` (SPEC 24.1): anyone past 12.1's checks when no group
+    holds it (asked nothing more: the call any approver decides costs no query); else the
+    group's members and admins."""
+    return not call.for_group or decides(call, deciding_groups(replier))
+
+
+def refusal(call: ToolCall, who: "str | Replier") -> str | None:
+    """`this confirmation is for <group>` (a 403) for one who may not decide `call`, else None."""
+    return None if may_decide(call, who) else for_text(call.for_group)
