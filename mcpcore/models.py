@@ -731,6 +731,14 @@ class ToolCall(models.Model):
         return gate.repeat_text(self.repeated, settings.AGENVOY_REPEAT_LIMIT.partition("/")[2])
 
     @property
+    def approvals_note(self) -> str:
+        """`1 of 2 approvals: <who>` for a call that needs several (SPEC 24.2), else ""."""
+        if self.approvals_needed < 2:
+            return ""
+        said = f"{len(self.approvals)} of {self.approvals_needed} approvals"
+        return said + (": " + ", ".join(a["by"] for a in self.approvals) if self.approvals else "")
+
+    @property
     def is_prompt_or_resource(self) -> bool:
         """A prompt get or a resource read (SPEC 20.3): held only by an `ask` rule, so it is
         approved once or denied (no remember, session or time-boxed approval)."""

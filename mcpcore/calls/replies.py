@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from .. import audit, files, gate, schemas
 from ..choices import CallDecision, CallKind, CallStatus, RuleDecision
-from ..models import Tool, ToolCall
+from ..models import Tool, ToolCall, iso
 from . import guards, routing
 from .approvals import allow_answer, allow_session, grant, remember_permission, rule_for
 from .record import CallError, checked, count_end_of, count_reply
@@ -67,10 +67,16 @@ def reply(
         )
     if answer.arguments is not None and call.kind != CallKind.TOOL_CONFIRM:
         raise ReplyError("only a tool call's arguments can be changed", 400)
+    several = call.approvals_needed > 1 and answer.approve and not answer.abort
+    changes = answer.arguments is not None and answer.arguments != call.arguments
+    if several and (answer.remember or answer.allow_turn or _grant_for(answer) or changes):
+        raise ReplyError(f"this call needs {call.approvals_needed} approvals", 400)  # SPEC 24.2
     now = timezone.now()
     if call.status == CallStatus.PENDING and call.expires_at and call.expires_at <= now:
         expire(call.id)
         raise ReplyError(GONE, 410)
+    if several:
+        return _one_of_several(call, answer, who, by or audit.Actor(who), now)
     edit = _edit(call, answer.arguments, who)
     pending = ToolCall.objects.filter(id=call.id, status=CallStatus.PENDING)
     if answer.abort or not answer.approve:
@@ -93,6 +99,33 @@ def reply(
     return call
 
 
+def _one_of_several(call: ToolCall, answer: schemas.Reply, who: str, by: audit.Actor, now) -> ToolCall:
+    """One approval of a call that needs several (SPEC 24.2), by `who` (a person's username, a
+    token's `token:<name>`, a target's one-tap name): counted exactly once however many arrive
+    at once, on any process, because the row is locked while its approvals are read and
+    written (PostgreSQL's row lock; SQLite's IMMEDIATE transaction holds the write lock). The
+    last one approves the call, `decided_by` naming every approver in order."""
+    with transaction.atomic():
+        row = ToolCall.objects.select_for_update().filter(id=call.id, status=CallStatus.PENDING).first()
+        if row is None:
+            raise ReplyError(GONE, 410)
+        if any(a.get("by") == who for a in row.approvals):
+            raise ReplyError(f"{who} has already approved this call", 403)
+        approvals = [*row.approvals, {"by": who, "at": iso(now)}]
+        pending = ToolCall.objects.filter(id=call.id, status=CallStatus.PENDING)
+        if len(approvals) < row.approvals_needed:
+            pending.update(approvals=approvals)
+            final = False
+        else:
+            everyone = ", ".join(a["by"] for a in approvals)
+            _approve(row, pending, answer, everyone[:150], by, now, {"approvals": approvals})
+            final = True
+    call.refresh_from_db()
+    if final:
+        count_reply(call)
+    return call
+
+
 def refuse_routed(call: ToolCall, who: "str | routing.Replier") -> None:
     """Raise the 403 of SPEC 24.1 for one who may not decide `call` (`routing.refusal`)."""
     refused = routing.refusal(call, who)
@@ -112,8 +145,9 @@ def decide_many(
     own reply would be (unknown → 404's text, `refusal(call)` → its text, decided or expired →
     410's), in three queries for any number: one read, one conditional UPDATE of them all,
     one read of which rows that UPDATE decided (its `decided_at`, so one decided by someone
-    else meanwhile is told 410, exactly). A permission prompt's approval is its own answer
-    (`reply`, one by one). Returns each id's result ("ok" or the error) and the calls decided."""
+    else meanwhile is told 410, exactly). A permission prompt's approval is its own answer, and
+    a call needing several approvals (SPEC 24.2) counts this one: those go through `reply`, one
+    by one. Returns each id's result ("ok" or the error) and the calls decided."""
     replier, who = who, routing.name_of(who)
     results: dict[str, str] = {}
     wanted: dict[str, uuid.UUID] = {}
@@ -137,7 +171,7 @@ def decide_many(
             results[raw] = GONE
         else:
             chosen[raw] = call
-    decided = _prompts_approved(chosen, replier, by, results) if approve else []
+    decided = _approved_one_by_one(chosen, replier, by, results) if approve else []
     bulk = {raw: c for raw, c in chosen.items() if raw not in results}
     fields = _decided_fields(approve, reason, who, now)
     live = Q(expires_at__isnull=True) | Q(expires_at__gt=now)
@@ -169,16 +203,19 @@ def _decided_fields(approve: bool, reason: str, who: str, now: datetime.datetime
     }
 
 
-def _prompts_approved(
+def _approved_one_by_one(
     chosen: dict[str, ToolCall], who: "str | routing.Replier", by: audit.Actor | None, results: dict[str, str]
 ) -> list[ToolCall]:
-    """The permission prompts of a batch approved, each through `reply` (its answer is its
-    own); their results are set in `results`."""
+    """The permission prompts of a batch approved (its answer is its own), and the calls that
+    need several approvals given this one (SPEC 24.2), each through `reply`; their results are
+    set in `results`. Returns those decided."""
     approved = []
     for raw, call in chosen.items():
-        if call.is_permission_prompt:
+        if call.is_permission_prompt or call.approvals_needed > 1:
             try:
-                approved.append(reply(call.session_id, raw, {"approve": True}, who, by=by))
+                done = reply(call.session_id, raw, {"approve": True}, who, by=by)
+                if done.status != CallStatus.PENDING:
+                    approved.append(done)
                 results[raw] = "ok"
             except ReplyError as exc:
                 results[raw] = exc.message

@@ -117,3 +117,75 @@ def test_it_refuses_in_the_order_of_the_spec(routed):
         routed["dev1"], "POST", "/v1/pending/decide", {"ids": [str(decided.confirm_id)], "approve": True}
     )
     assert r.json()["results"] == {str(decided.confirm_id): FOR_OPS["error"]}
+
+
+# --- two people (SPEC 24.2) ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def quorum(routed, agenvoy_home):
+    """`deploy` needs two approvals of ops, `note` two of anyone; ops has two tokens."""
+    ops2, secret = ApiToken.issue("ops2", role="approver")
+    Group.objects.get(name="ops").tokens.add(ops2)
+    (agenvoy_home / "rules").write_text("ask[ops:2] mcp__srv__deploy\nask[:2] mcp__srv__note\n")
+    return routed | {"ops2": secret}
+
+
+def pending_item(secret: str, c: ToolCall) -> dict:
+    listed = request(secret, "GET", "/v1/pending").json()["pending"]
+    return next(i for i in listed if i["call_id"] == str(c.id))
+
+
+def test_it_runs_a_call_after_two_distinct_approvals(quorum):
+    c = call(quorum["agent"], "mcp__srv__deploy")
+    assert reply(quorum["ops1"], c) == (200, {"ok": True})
+    c.refresh_from_db()
+    assert (c.status, c.decided_by, c.approvals_note) == ("pending", "", "1 of 2 approvals: token:ops1")
+    item = pending_item(quorum["boss"], c)
+    assert item["for"] == "ops" and [a["by"] for a in item["approvals"]] == ["token:ops1"]
+    assert item["approvals"][0]["at"].endswith("Z")
+    assert reply(quorum["ops1"], c) == (403, {"error": "token:ops1 has already approved this call"})
+    assert reply(quorum["ops2"], c) == (200, {"ok": True})
+    record = request(quorum["boss"], "GET", f"/v1/mcp/calls/{c.id}").json()
+    assert (record["status"], record["decided_by"]) == ("running", "token:ops1, token:ops2")
+    assert [a["by"] for a in record["approvals"]] == ["token:ops1", "token:ops2"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"approve": True, "remember": True},
+        {"approve": True, "allow_turn": True},
+        {"approve": True, "remember_for": 3600},
+        {"approve": True, "arguments": {"env": "dev"}},
+    ],
+)
+def test_it_offers_only_a_plain_approval_of_a_call_needing_two(quorum, body):
+    c = call(quorum["agent"], "mcp__srv__deploy")
+    assert reply(quorum["ops1"], c, body) == (400, {"error": "this call needs 2 approvals"})
+    c.refresh_from_db()
+    assert (c.status, c.approvals) == ("pending", [])
+
+
+def test_it_ends_a_call_needing_two_at_one_deny(quorum):
+    c = call(quorum["agent"], "mcp__srv__note")
+    assert reply(quorum["dev1"], c) == (200, {"ok": True})
+    assert reply(quorum["ops1"], c, {"approve": False, "reason": "no"}) == (200, {"ok": True})
+    c.refresh_from_db()
+    assert (c.status, c.decided_by) == ("skipped", "token:ops1")
+    assert reply(quorum["ops2"], c) == (410, {"error": "confirmation already resolved or expired"})
+
+
+def test_it_counts_a_batch_approval_as_one(quorum):
+    c = call(quorum["agent"], "mcp__srv__note")
+    ids = [str(c.confirm_id)]
+    assert request(quorum["dev1"], "POST", "/v1/pending/decide", {"ids": ids, "approve": True}).json() == {
+        "results": {ids[0]: "ok"}
+    }
+    again = request(quorum["dev1"], "POST", "/v1/pending/decide", {"ids": ids, "approve": True}).json()
+    assert again == {"results": {ids[0]: "token:dev1 has already approved this call"}}
+    c.refresh_from_db()
+    assert c.status == "pending" and c.approvals_note == "1 of 2 approvals: token:dev1"
+    request(quorum["ops1"], "POST", "/v1/pending/decide", {"ids": ids, "approve": True})
+    c.refresh_from_db()
+    assert (c.status, c.decided_by) == ("running", "token:dev1, token:ops1")

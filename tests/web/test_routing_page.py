@@ -124,3 +124,28 @@ async def test_it_pushes_the_buttons_only_to_the_groups_members(every, agenvoy_h
     assert reply_form(c) in mine
     await member.disconnect()
     await other.disconnect()
+
+
+# --- two people (SPEC 24.2) ------------------------------------------------------------------------
+
+
+def test_it_needs_two_people_and_offers_only_approve_and_deny(people, agenvoy_home):
+    dora = person("dora", PersonRole.APPROVER, "ops")
+    (agenvoy_home / "rules").write_text("ask[ops:2] mcp__every__echo\n")
+    c = held()
+    anna, form = as_(people["anna"]), {"session_id": c.session_id, "action": "approve"}
+    page = anna.get(f"/pending/{c.confirm_id}/").content.decode()
+    assert "0 of 2 approvals" in page and 'value="remember"' not in page and 'value="session"' not in page
+    assert "Edit and approve</button>" not in page
+    r = anna.post(f"/pending/{c.confirm_id}/reply/", {**form, "action": "remember"})
+    assert r.status_code == 302
+    c.refresh_from_db()
+    assert c.approvals == []
+    assert anna.post(f"/pending/{c.confirm_id}/reply/", form).status_code == 302
+    for seen in (anna.get("/pending/"), as_(dora).get(f"/pending/{c.confirm_id}/")):
+        assert "1 of 2 approvals: anna" in seen.content.decode()
+    r = anna.post(f"/pending/{c.confirm_id}/reply/", form)
+    assert r.status_code == 403 and "anna has already approved this call" in r.content.decode()
+    assert as_(dora).post(f"/pending/{c.confirm_id}/reply/", form).status_code == 302
+    c.refresh_from_db()
+    assert (c.status, c.decided_by) == ("running", "anna, dora")
