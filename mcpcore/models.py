@@ -983,6 +983,10 @@ class NotificationTarget(models.Model):
     secret = models.CharField(max_length=200, blank=True, default="")
     created_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
+    # The groups whose confirmations and questions it gets (SPEC 24.7); none: all of them.
+    groups: "models.ManyToManyField[Group, Any]" = models.ManyToManyField(
+        Group, blank=True, related_name="targets"
+    )
     # Not a column: its latest deliveries, set for the Notifications page (views._targets).
     recent: list["Delivery"]
 
@@ -996,6 +1000,10 @@ class NotificationTarget(models.Model):
     def name(self) -> str:
         """What people call the target (SPEC 15: the URL's host)."""
         return urlsplit(self.url).hostname or self.url
+
+    def group_names(self) -> frozenset[str]:
+        """The groups it names (prefetched `groups` when the caller did)."""
+        return frozenset(g.name for g in self.groups.all())
 
 
 class Delivery(models.Model):

@@ -52,19 +52,19 @@ def _as_replier(who: "str | Replier") -> Replier:
 
 
 def for_text(group: str) -> str:
-    return f"this confirmation is for {group}"
+    # "" only for a target naming groups whose link names a call of none (its groups changed
+    # after it was sent one): that call is every approver's.
+    return f"this confirmation is for {group or 'every approver'}"
 
 
 def deciding_groups(replier: "str | Replier") -> frozenset[str] | None:
-    """The groups whose confirmations `replier` decides (SPEC 24.1); None for every group (an
-    admin person or token; a target's link, whose sending decided what it may answer, 24.7)."""
+    """The groups whose confirmations a person or token decides (SPEC 24.1); None for every
+    group (an admin person or token)."""
     who = _as_replier(replier)
     if who.token is not None:
         if who.token.role == TokenRole.ADMIN:
             return None
         return frozenset(Group.objects.filter(tokens=who.token.pk).values_list("name", flat=True))
-    if who.target is not None:
-        return None
     if who.user_id is None:
         return frozenset()
     if role_of(get_user_model()(pk=who.user_id)) == PersonRole.ADMIN:
@@ -77,10 +77,19 @@ def decides(call: ToolCall, groups: frozenset[str] | None) -> bool:
     return not call.for_group or groups is None or call.for_group in groups
 
 
+def sent_to(call: ToolCall, target_groups: frozenset[str]) -> bool:
+    """Whether a notification target naming `target_groups` is told of `call` (SPEC 24.7): one
+    naming none hears of every confirmation, one naming some only of those groups'."""
+    return not target_groups or call.for_group in target_groups
+
+
 def may_decide(call: ToolCall, replier: "str | Replier") -> bool:
     """Whether `replier` may decide `call` (SPEC 24.1): anyone past 12.1's checks when no group
     holds it (asked nothing more: the call any approver decides costs no query); else the
-    group's members and admins."""
+    group's members and admins. A target's one-tap link decides only what was sent to that
+    target (24.7)."""
+    if isinstance(replier, Replier) and replier.target is not None:
+        return sent_to(call, replier.target.group_names())
     return not call.for_group or decides(call, deciding_groups(replier))
 
 

@@ -784,7 +784,7 @@ def target_token_error(kind: str, token: str) -> str:
 
 
 def _targets() -> list[NotificationTarget]:
-    rows = list(NotificationTarget.objects.all())
+    rows = list(NotificationTarget.objects.prefetch_related("groups"))
     for row in rows:
         row.recent = list(row.deliveries.order_by("-created_at", "-id")[:DELIVERIES_SHOWN])
     return rows

@@ -1173,6 +1173,7 @@ def _notifications_page(
         "new": new,
         "public_url": settings.AGENVOY_PUBLIC_URL,
         "target_kinds": list(TargetKind),
+        "group_choices": list(Group.objects.values_list("name", flat=True)),
     }
     response = render(request, "mcpcore/notification_list.html", context, status=status)
     response["Cache-Control"] = "no-store"  # a new target's secret is on it once
@@ -1188,11 +1189,15 @@ def notifications(request: HtmxRequest) -> HttpResponse:
     if request.method != "POST":
         if request.htmx:
             return render(request, "mcpcore/notification_list.html#notification-targets", targets_context())
-        return _notifications_page(request, {"kind": TargetKind.WEBHOOK, "url": "", "error": ""}, None)
+        blank = {"kind": TargetKind.WEBHOOK, "url": "", "error": "", "groups": []}
+        return _notifications_page(request, blank, None)
     kind = request.POST.get("kind", "")
     url = request.POST.get("url", "").strip()
     token = request.POST.get("token", "").strip()
-    form = {"kind": kind, "url": url, "error": ""}  # the token is never sent back
+    named = request.POST.getlist("groups")
+    groups = list(Group.objects.filter(name__in=[n for n in named if "\x00" not in n]))
+    # the token is never sent back
+    form = {"kind": kind, "url": url, "error": "", "groups": named}
     if kind not in TargetKind.values:
         form["error"] = "Choose a kind: webhook or ntfy."
     else:
@@ -1203,11 +1208,13 @@ def notifications(request: HtmxRequest) -> HttpResponse:
         if len(url) > 2000:
             form["error"] = "That URL is too long (at most 2,000 characters)."
         form["error"] = form["error"] or target_token_error(kind, token)
+        unknown = sorted(set(named) - {g.name for g in groups})
+        form["error"] = form["error"] or (f"Unknown group: {unknown[0]}." if unknown else "")
     if form["error"]:
         return _notifications_page(request, form, None, status=400)
     who = request.user.get_username()
-    target, secret = notify.add_target(kind, url, who, audit.by(request), token=token)
-    blank = {"kind": kind, "url": "", "error": ""}
+    target, secret = notify.add_target(kind, url, who, audit.by(request), token=token, groups=groups)
+    blank = {"kind": kind, "url": "", "error": "", "groups": []}
     return _notifications_page(request, blank, {"target": target, "secret": secret})
 
 
@@ -1501,6 +1508,8 @@ def one_tap(request: HttpRequest, token: str) -> HttpResponse:
             who,
             by=audit.Actor(who.name, audit.address_of(request)),
         )
+    if refused and refused.status == 403:  # not sent to this target (SPEC 24.7)
+        return _plain(refused.message, 403)
     if refused:
         return _plain(LINK_GONE, 410)
     return _plain("approved" if approve else "denied", 200)
