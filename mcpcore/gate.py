@@ -115,6 +115,16 @@ def edited_text(who: str, arguments: dict) -> str:
     return f"Approved with changed arguments by {who}: {compact}"
 
 
+def waiting_text(page: str, group: str = "", escalated_to: str = "", note: str = "") -> str:
+    """A held MCP call's progress message (SPEC 13.3): `waiting for approval`, by whom when a
+    group decides it (24.1) and to whom it was escalated (24.3), then its page's address and
+    why it was held when that is news to the agent (a repeat, 25.2)."""
+    by = f" by {group}" if group else ""
+    if group and escalated_to:
+        by += f"; escalated to {escalated_to}"
+    return f"waiting for approval{by}: {page}" + (f" ({note})" if note else "")
+
+
 def limited_text(rule_line: str, retry_after: int) -> str:
     """A rate-limited call's result (SPEC 25.1)."""
     return f"Rate limited by rule: {rule_line}; retry in {retry_after} s"

@@ -659,6 +659,9 @@ class ToolCall(models.Model):
     for_group = models.CharField(max_length=64, blank=True, default="", db_default="")
     approvals_needed = models.PositiveSmallIntegerField(default=1, db_default=1)
     approvals = models.JSONField(default=list, db_default=[])
+    # Escalation (SPEC 24.3): the group it is also for once its group's time passed, and when.
+    escalated_to = models.CharField(max_length=64, blank=True, default="", db_default="")
+    escalated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -729,6 +732,14 @@ class ToolCall(models.Model):
         if not self.repeated:
             return ""
         return gate.repeat_text(self.repeated, settings.AGENVOY_REPEAT_LIMIT.partition("/")[2])
+
+    @property
+    def for_note(self) -> str:
+        """`For <group>`, and `, escalated to <other>` once escalated (SPEC 24.1, 24.3); "" for
+        a call no group holds."""
+        if not self.for_group:
+            return ""
+        return f"For {self.for_group}" + (f", escalated to {self.escalated_to}" if self.escalated_to else "")
 
     @property
     def approvals_note(self) -> str:
@@ -821,6 +832,7 @@ class ToolCall(models.Model):
             "repeated": self.repeated,
             "for": self.for_group or None,
             "approvals": self.approvals,
+            "escalated_to": self.escalated_to or None,
         }
         if self.via == "hook":
             item["cwd"] = self.cwd

@@ -37,7 +37,7 @@ from ..choices import CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
 from ..db import cache, callsql
 from ..models import ApiToken, Server, Tool, ToolCall, Worker, time_ordered_uuid
 from ..oauth import upstream
-from . import guards, routing
+from . import guards, notify, routing
 from .approvals import (
     allowed,
     app_grant_revoke,
@@ -81,6 +81,7 @@ __all__ = [
     "decide",
     "dispatch",
     "expire",
+    "escalate_due",
     "expire_due",
     "extend",
     "finish",
@@ -548,6 +549,12 @@ async def decide(
     if decided:
         await control.asend_group(control.PENDING, {"type": "pending.changed", "call_id": ""})
     return results
+
+
+def escalate_due() -> list[str]:
+    """Escalate what is due (SPEC 24.3, `routing.escalate_due`), its notifications written with
+    each claim; the supervisor's tick runs it every few seconds. Returns the call ids."""
+    return routing.escalate_due(notify.queue_escalated)
 
 
 async def extend(item_id: str, who: "str | routing.Replier", authorize=None) -> datetime.datetime | None:

@@ -48,6 +48,7 @@ KEEP_DAYS = 30  # sent and failed deliveries are kept this long
 PRUNE_EVERY = 3600.0  # seconds
 
 PENDING, RESOLVED, TEST = "confirmation.pending", "confirmation.resolved", "test"
+ESCALATED = "confirmation.escalated"  # a confirmation is now also for another group (SPEC 24.3)
 QUESTION = "question.pending"  # a server's question waits in the inbox (SPEC 20.4)
 NEEDS_AUTHORIZATION = "server.needs_authorization"
 # ToolCall.notified
@@ -156,7 +157,10 @@ def ntfy_request(event: dict) -> tuple[str, dict[str, str]]:
         headers["Actions"] = ntfy_actions(data["approve_url"], data["deny_url"])
     if kind == CallKind.PERMISSION_PROMPT:
         return f"{tool} is waiting for approval", headers
-    by = f" (requested by {data['requested_by']})" if data.get("requested_by") else ""
+    why = [f"requested by {data['requested_by']}"] if data.get("requested_by") else []
+    if event.get("type") == ESCALATED:
+        why.append(f"escalated from {data.get('for')}")
+    by = f" ({'; '.join(why)})" if why else ""
     return f"{tool} on {server} is waiting for approval{by}", headers
 
 
@@ -324,6 +328,23 @@ def enqueue_questions(limit: int = 200) -> int:
             told = (t for t, groups in targets if routing.sent_to(question.call, groups))
             _deliver(question.call_id, now, ((t, QUESTION, body) for t in told))
     return claimed
+
+
+def queue_escalated(call: ToolCall, now: datetime.datetime) -> int:
+    """A `confirmation.escalated` message (SPEC 24.3) to the targets of the group it was
+    escalated to and those of every group, each with its own one-tap links; called in the
+    transaction that claimed the escalation (`routing.escalate_due`), so it is written once.
+    ntfy targets get it too: it waits for people. Returns how many deliveries."""
+    base = settings.AGENVOY_PUBLIC_URL
+    url = confirmation_url(base, str(call.confirm_id))
+    pending = {**call.to_pending(), "requested_by": call.requested_by}
+
+    def body(target: NotificationTarget) -> str:
+        links = action_links(base, call.confirm_id, target.pk)
+        return payload(ESCALATED, now, event_data(pending, call.server_name, url, actions=links))
+
+    told = [t for t, groups in _targets() if not groups or call.escalated_to in groups]
+    return _deliver(call.id, now, ((t, ESCALATED, body(t)) for t in told))
 
 
 def _targets() -> list[tuple[NotificationTarget, frozenset[str]]]:

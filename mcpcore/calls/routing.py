@@ -5,11 +5,15 @@ extension and answer goes through the call layer's one check here (`refusal`), a
 own 12.1 refusals and before the 410.
 """
 
+import datetime
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
 
-from ..choices import PersonRole, TokenRole
+from ..choices import CallStatus, PersonRole, TokenRole
 from ..models import ApiToken, Group, NotificationTarget, ToolCall
 from .people import role_of
 
@@ -73,14 +77,50 @@ def deciding_groups(replier: "str | Replier") -> frozenset[str] | None:
 
 
 def decides(call: ToolCall, groups: frozenset[str] | None) -> bool:
-    """Whether one deciding `groups` (`deciding_groups`) decides `call`."""
-    return not call.for_group or groups is None or call.for_group in groups
+    """Whether one deciding `groups` (`deciding_groups`) decides `call`: its group's, or the
+    group it was escalated to (SPEC 24.3)."""
+    if not call.for_group or groups is None:
+        return True
+    return call.for_group in groups or bool(call.escalated_to and call.escalated_to in groups)
 
 
 def sent_to(call: ToolCall, target_groups: frozenset[str]) -> bool:
     """Whether a notification target naming `target_groups` is told of `call` (SPEC 24.7): one
     naming none hears of every confirmation, one naming some only of those groups'."""
-    return not target_groups or call.for_group in target_groups
+    if not target_groups or call.for_group in target_groups:
+        return True
+    return bool(call.escalated_to and call.escalated_to in target_groups)  # its escalation's (24.3)
+
+
+def escalate_due(tell: Callable[[ToolCall, datetime.datetime], object]) -> list[str]:
+    """Escalate the pending confirmations whose group's `escalate_after_minutes` have passed
+    since they were asked (SPEC 24.3): each is then also for the group's `escalate_to`. The
+    conditional UPDATE that marks one escalated is the claim, so every supervisor's tick may
+    run this and each escalation happens once, whichever process (or restart) sees it first;
+    `tell(call, now)` writes its notifications in the claim's transaction. The expiry is left
+    alone. Returns the call ids escalated."""
+    now = timezone.now()
+    rows = Group.objects.filter(escalate_to__isnull=False, escalate_after_minutes__isnull=False)
+    after = {
+        g.name: (g.escalate_to.name, g.escalate_after_minutes or 0)  # type: ignore[union-attr]
+        for g in rows.select_related("escalate_to")
+    }
+    if not after:
+        return []
+    waiting = ToolCall.objects.filter(status=CallStatus.PENDING, for_group__in=list(after), escalated_to="")
+    done = []
+    for call in waiting:
+        other, minutes = after[call.for_group]
+        if call.created_at + datetime.timedelta(minutes=minutes) > now:
+            continue
+        with transaction.atomic():
+            claim = ToolCall.objects.filter(id=call.id, status=CallStatus.PENDING, escalated_to="")
+            if claim.update(escalated_to=other, escalated_at=now) != 1:
+                continue  # another process escalated it, or it ended meanwhile
+            call.escalated_to, call.escalated_at = other, now
+            tell(call, now)
+        done.append(str(call.id))
+    return done
 
 
 def may_decide(call: ToolCall, replier: "str | Replier") -> bool:
