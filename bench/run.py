@@ -42,6 +42,7 @@ BENCHES = [
     "apptokens",
     "sandbox",
     "guards",
+    "routing",
 ]
 
 
