@@ -257,11 +257,19 @@ def _render_status(page: str, query: dict, server_name: str, role: str) -> str:
     )
 
 
-def _render_pending(page: str, role: str, user) -> str:
+def _render_pending(page: str, role: str, user=None) -> str:
     if page == "pending":
         may = roles.may(role)  # a viewer's list has no buttons (SPEC 23.1)
-        groups = routing.deciding_groups(routing.Replier.person(user))  # nor another group's items (24.1)
-        context = pending_context(pending_calls(), pending_questions(), groups)
+        rows, asked = pending_calls(), pending_questions()
+        # Nor another group's items (24.1): whose the person decides is asked only when an item
+        # has a group (a push with none costs no more); without a person, none of them.
+        routed = any(c.for_group for c in rows[:PENDING_SHOWN]) or any(q.call.for_group for q in asked)
+        groups: frozenset[str] | None = None
+        if routed:
+            groups = (
+                routing.deciding_groups(routing.Replier.person(user)) if user is not None else frozenset()
+            )
+        context = pending_context(rows, asked, groups)
         html: str = render_to_string(
             "mcpcore/pending_list.html#pending-list", {**context, "oob": True, "may": may}
         )
