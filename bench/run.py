@@ -43,6 +43,7 @@ BENCHES = [
     "sandbox",
     "guards",
     "traces",
+    "routing",
 ]
 
 

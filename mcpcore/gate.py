@@ -4,6 +4,7 @@
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .choices import CallDecision, Mode, RuleDecision
 
@@ -22,6 +23,16 @@ def normalize_mode(mode: object) -> str | None:
     return MODES.get(mode) if isinstance(mode, str) else None
 
 
+class Found(NamedTuple):
+    """The argument rule that decides a call (SPEC 14.2): its verdict and line, and for an
+    `ask`, who decides (24.1: the group, "" for every approver; 24.2: the approvals needed)."""
+
+    decision: str
+    line: str
+    group: str = ""
+    approvals: int = 1
+
+
 @dataclass(frozen=True)
 class Decision:
     run: bool
@@ -31,13 +42,15 @@ class Decision:
     rule: str = ""  # the line of the rule that decided, if one did
     retry_after: int = 0  # a limit's refusal (SPEC 25.1): whole seconds until one more call fits
     repeated: int = 0  # held as a repeat (SPEC 25.2): the times it was already made
+    group: str = ""  # an `ask[<group>]` line held it: that group decides (SPEC 24.1)
+    approvals: int = 1  # distinct approvals it needs (24.2)
 
 
 def decide(
     mode: str,
     allowed: Callable[[], bool],
     session_allowed: Callable[[], bool],
-    rule: Callable[[], tuple[str, str] | None] = lambda: None,
+    rule: Callable[[], Found | tuple[str, str] | None] = lambda: None,
     changed: Callable[[], bool] = lambda: False,
     granted: Callable[[], bool] = lambda: False,
     reads: bool = False,
@@ -58,7 +71,7 @@ def decide(
     person whatever would let it run.
 
     The checks are callables, asked only when reached: each may cost a lookup. `rule` gives
-    (decision, line) of the deciding rule or None.
+    the deciding rule (a `Found`, or its first two fields: decision, line) or None.
     """
     found = rule()
     over = limited()
@@ -68,7 +81,10 @@ def decide(
         return Decision(False, RuleDecision.LIMIT, over[0], retry_after=over[1])
     times = repeated()
     if found is not None and found[0] == RuleDecision.ASK:
-        return Decision(False, RuleDecision.ASK, found[1], repeated=times)
+        asked = found if isinstance(found, Found) else Found(*found)
+        return Decision(
+            False, RuleDecision.ASK, asked.line, repeated=times, group=asked.group, approvals=asked.approvals
+        )
     if times:
         return Decision(False, RuleDecision.ASK, repeated=times)
     if changed():
@@ -97,6 +113,16 @@ def edited_text(who: str, arguments: dict) -> str:
     arguments as run, as compact JSON (the export's form)."""
     compact = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
     return f"Approved with changed arguments by {who}: {compact}"
+
+
+def waiting_text(page: str, group: str = "", escalated_to: str = "", note: str = "") -> str:
+    """A held MCP call's progress message (SPEC 13.3): `waiting for approval`, by whom when a
+    group decides it (24.1) and to whom it was escalated (24.3), then its page's address and
+    why it was held when that is news to the agent (a repeat, 25.2)."""
+    by = f" by {group}" if group else ""
+    if group and escalated_to:
+        by += f"; escalated to {escalated_to}"
+    return f"waiting for approval{by}: {page}" + (f" ({note})" if note else "")
 
 
 def limited_text(rule_line: str, retry_after: int) -> str:

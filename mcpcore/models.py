@@ -653,6 +653,15 @@ class ToolCall(models.Model):
     # arguments as the agent asked (`arguments` holds them as run); None and "" otherwise.
     requested_arguments = models.JSONField(null=True, blank=True)
     edited_by = models.CharField(max_length=150, blank=True, default="")
+    # Who decides a confirmation (SPEC 24.1, 24.2): the group its `ask[<group>]` line names
+    # ("" for every approver and admin), the approvals it needs, and those it has so far
+    # (`[{"by", "at"}]`, in order).
+    for_group = models.CharField(max_length=64, blank=True, default="", db_default="")
+    approvals_needed = models.PositiveSmallIntegerField(default=1, db_default=1)
+    approvals = models.JSONField(default=list, db_default=[])
+    # Escalation (SPEC 24.3): the group it is also for once its group's time passed, and when.
+    escalated_to = models.CharField(max_length=64, blank=True, default="", db_default="")
+    escalated_at = models.DateTimeField(null=True, blank=True)
 
     # The W3C `traceparent` of the door's span for this call when traces are exported (SPEC
     # 27): whoever runs the call or records a person's decision, in any process, continues
@@ -730,6 +739,22 @@ class ToolCall(models.Model):
         return gate.repeat_text(self.repeated, settings.AGENVOY_REPEAT_LIMIT.partition("/")[2])
 
     @property
+    def for_note(self) -> str:
+        """`For <group>`, and `, escalated to <other>` once escalated (SPEC 24.1, 24.3); "" for
+        a call no group holds."""
+        if not self.for_group:
+            return ""
+        return f"For {self.for_group}" + (f", escalated to {self.escalated_to}" if self.escalated_to else "")
+
+    @property
+    def approvals_note(self) -> str:
+        """`1 of 2 approvals: <who>` for a call that needs several (SPEC 24.2), else ""."""
+        if self.approvals_needed < 2:
+            return ""
+        said = f"{len(self.approvals)} of {self.approvals_needed} approvals"
+        return said + (": " + ", ".join(a["by"] for a in self.approvals) if self.approvals else "")
+
+    @property
     def is_prompt_or_resource(self) -> bool:
         """A prompt get or a resource read (SPEC 20.3): held only by an `ask` rule, so it is
         approved once or denied (no remember, session or time-boxed approval)."""
@@ -790,6 +815,8 @@ class ToolCall(models.Model):
                 "kind": self.history_kind,
                 "requested_arguments": self.requested_arguments,
                 "edited_by": self.edited_by,
+                "for": self.for_group or None,
+                "approvals": self.approvals,
             }
         )
         if self.kind == CallKind.RESOURCE:
@@ -808,6 +835,9 @@ class ToolCall(models.Model):
             "call_id": str(self.id),
             "changed": self.definition_changed,
             "repeated": self.repeated,
+            "for": self.for_group or None,
+            "approvals": self.approvals,
+            "escalated_to": self.escalated_to or None,
         }
         if self.via == "hook":
             item["cwd"] = self.cwd
@@ -970,6 +1000,10 @@ class NotificationTarget(models.Model):
     secret = models.CharField(max_length=200, blank=True, default="")
     created_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
+    # The groups whose confirmations and questions it gets (SPEC 24.7); none: all of them.
+    groups: "models.ManyToManyField[Group, Any]" = models.ManyToManyField(
+        Group, blank=True, related_name="targets"
+    )
     # Not a column: its latest deliveries, set for the Notifications page (views._targets).
     recent: list["Delivery"]
 
@@ -983,6 +1017,10 @@ class NotificationTarget(models.Model):
     def name(self) -> str:
         """What people call the target (SPEC 15: the URL's host)."""
         return urlsplit(self.url).hostname or self.url
+
+    def group_names(self) -> frozenset[str]:
+        """The groups it names (prefetched `groups` when the caller did)."""
+        return frozenset(g.name for g in self.groups.all())
 
 
 class Delivery(models.Model):

@@ -485,7 +485,8 @@ CALL_COLUMNS = (
     "created_at", "expires_at", "started_at", "ended_at", "worker", "result",
     "is_error", "truncated", "result_bytes", "raw_result", "raw_truncated", "rule",
     "definition_changed", "repeated", "notified", "via", "cwd", "native_result", "agent_left_at",
-    "client_asks", "requested_arguments", "edited_by", "traceparent",
+    "client_asks", "requested_arguments", "edited_by", "for_group", "approvals_needed", "approvals",
+    "escalated_to", "escalated_at", "traceparent",
 )  # fmt: skip
 _CALL_DEFAULTS = {
     "kind": "tool_confirm", "confirm_id": None, "session_id": "s-1", "tool_name": "mcp__srv__tool",
@@ -495,7 +496,8 @@ _CALL_DEFAULTS = {
     "result": "", "is_error": False, "truncated": False, "result_bytes": 0, "raw_result": "",
     "raw_truncated": False, "rule": "", "definition_changed": False, "notified": 2, "via": "rest",
     "cwd": "", "native_result": None, "agent_left_at": None, "client_asks": "",
-    "requested_arguments": None, "edited_by": "", "traceparent": "", "repeated": 0,
+    "requested_arguments": None, "edited_by": "", "traceparent": "", "repeated": 0, "for_group": "",
+    "approvals_needed": 1, "approvals": [], "escalated_to": "", "escalated_at": None,
 }  # fmt: skip
 _CALL_INSERT = (
     f"INSERT INTO mcpcore_toolcall ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"

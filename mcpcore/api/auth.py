@@ -234,7 +234,11 @@ _REFUSALS: dict[str, dict[int, str]] = {
         403: f"this token may not {CANCEL_OTHERS} (an approver)",
         404: f"{CALL_NOT_FOUND} (also an agent naming another token's call)",
     },
-    "reply": {403: f"{OWN_CALL} (any role); this token may not {REPLY} (an agent)"},
+    "reply": {
+        403: f"{OWN_CALL} (any role); this token may not {REPLY} (an agent); this confirmation is"
+        " for <group> (a token outside the group its rule names, SPEC 24.1); <who> has already"
+        " approved this call (24.2)"
+    },
 }
 
 

@@ -313,10 +313,12 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("api-confirm", "POST"): Operation(
         "Reply to a pending confirmation",
         schemas.Reply,
-        # Answered in this order: 404, then 403 (own call, then agent), then 400, then 410.
+        # Answered in this order: 404, then 403 (own call, then agent, then group), then 400, then 410.
         errors={
             404: "confirmation not found (unknown id, or another session id)",
             410: "confirmation already resolved or expired",
+            400: "this call needs <n> approvals (remember, a session, a time or changed arguments"
+            " of a call needing several, SPEC 24.2)",
         },
     ),
 }

@@ -24,7 +24,7 @@ from .. import (
     serverconfig,
     toolviewstore,
 )
-from ..calls import people, questions, traces
+from ..calls import people, questions, routing, traces
 from ..choices import CallStatus, TokenRole
 from ..db import cache
 from ..instructions import instructions_block
@@ -264,8 +264,9 @@ async def mcp_authorize(request: ApiRequest) -> JsonResponse:
 # --- calls and the gate -----------------------------------------------------------------------
 
 
-def _who(request: ApiRequest) -> str:
-    return f"token:{request.api_token.name}"
+def _who(request: ApiRequest) -> routing.Replier:
+    """The token replying, as the call layer routes it (SPEC 24.1) and records it."""
+    return routing.Replier.of_token(request.api_token)
 
 
 def _create_call(request: ApiRequest) -> ToolCall:
@@ -436,7 +437,7 @@ def _item_refusal(token, item) -> None:
 async def pending_extend(request: ApiRequest, item_id: str) -> JsonResponse:
     """Extend a pending confirmation or question (SPEC 24.4)."""
     token = request.api_token
-    until = await calls.extend(item_id, lambda item: _item_refusal(token, item))
+    until = await calls.extend(item_id, _who(request), lambda item: _item_refusal(token, item))
     return JsonResponse({"ok": True, "expires_at": iso(until)})
 
 

@@ -36,7 +36,7 @@ from ..choices import CallKind, CallStatus, Mode, RuleDecision, ServerState, Via
 from ..db import cache, callsql
 from ..models import ApiToken, Server, Tool, ToolCall, Worker, time_ordered_uuid
 from ..oauth import upstream
-from . import guards, traces
+from . import guards, notify, routing, traces
 from .approvals import (
     allowed,
     app_grant_revoke,
@@ -51,6 +51,7 @@ from .approvals import (
     revoke_token,
     rule_for,
     rules_in_force,
+    ruling,
     session_allowed,
     trusted,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "decide",
     "dispatch",
     "expire",
+    "escalate_due",
     "expire_due",
     "extend",
     "finish",
@@ -236,7 +238,7 @@ def _decide(
         mode,
         lambda: trusted(tool),
         lambda: session_allowed(token, session_id),
-        rule=lambda: rule_for(tool.registered_name, arguments),
+        rule=lambda: ruling(tool.registered_name, arguments),
         changed=changed,
         granted=lambda: granted(token, CallKind.TOOL_CONFIRM, tool.registered_name),
         limited=lambda: limited(token, tool.registered_name, arguments),
@@ -293,7 +295,7 @@ def create_read(
         Mode.CONFIRM,
         allowed=lambda: False,
         session_allowed=lambda: False,
-        rule=lambda: rule_for(rule_name, checked_as),
+        rule=lambda: ruling(rule_name, checked_as),
         reads=True,
         limited=lambda: limited(token, rule_name, checked_as),
     )
@@ -510,7 +512,7 @@ async def respond(
     session_id: str,
     confirm_id: str,
     body: dict,
-    who: str,
+    who: "str | routing.Replier",
     authorize=None,
     local: LocalSupervisor | None = None,
     by: audit.Actor | None = None,
@@ -531,7 +533,7 @@ async def decide(
     ids: list[str],
     approve: bool,
     reason: str,
-    who: str,
+    who: "str | routing.Replier",
     refusal: Callable[[ToolCall], str | None] | None = None,
     local: LocalSupervisor | None = None,
     by: audit.Actor | None = None,
@@ -551,15 +553,21 @@ async def decide(
     return results
 
 
-async def extend(item_id: str, authorize=None) -> datetime.datetime | None:
+def escalate_due() -> list[str]:
+    """Escalate what is due (SPEC 24.3, `routing.escalate_due`), its notifications written with
+    each claim; the supervisor's tick runs it every few seconds. Returns the call ids."""
+    return routing.escalate_due(notify.queue_escalated)
+
+
+async def extend(item_id: str, who: "str | routing.Replier", authorize=None) -> datetime.datetime | None:
     """Extend a pending item (SPEC 24.4) from any door: a confirmation (its `confirm_id`) or a
     server's question (its id), `authorize(call or question)` refusing as a reply's check does
     (12.1). Waiters and the inbox are told; returns the new expiry. Raises ReplyError."""
-    call = await db.run(extend_confirmation, item_id, authorize)
+    call = await db.run(extend_confirmation, item_id, who, authorize)
     if call is not None:
         await announce(str(call.id))
         return call.expires_at
-    return (await db.run(extend_question, item_id, authorize)).expires_at
+    return (await db.run(extend_question, item_id, who, authorize)).expires_at
 
 
 def agent_left(call_id, left: bool) -> bool:

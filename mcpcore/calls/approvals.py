@@ -63,11 +63,19 @@ def rules_in_force() -> rules.RuleSet:
     return _rules["set"]
 
 
-def rule_for(tool_name: str, arguments: dict, form: str | None = None) -> tuple[str, str] | None:
-    """(decision, line) of the rule that decides a call checked under `tool_name`, or None;
-    `form` as `RuleSet.check` takes it."""
+def ruling(tool_name: str, arguments: dict, form: str | None = None) -> gate.Found | None:
+    """The rule that decides a call checked under `tool_name`, with who decides an `ask`
+    (SPEC 24.1, 24.2), or None; `form` as `RuleSet.check` takes it."""
     rule = rules_in_force().check(tool_name, arguments, form)
-    return (rule.decision, rule.text) if rule is not None else None
+    if rule is None:
+        return None
+    return gate.Found(rule.decision, rule.text, rule.group or "", rule.approvals)
+
+
+def rule_for(tool_name: str, arguments: dict, form: str | None = None) -> tuple[str, str] | None:
+    """(decision, line) of the rule that decides a call checked under `tool_name`, or None."""
+    found = ruling(tool_name, arguments, form)
+    return (found.decision, found.line) if found is not None else None
 
 
 def limited(
@@ -260,7 +268,7 @@ def create_permission_prompt(
         allowed=lambda: False,
         session_allowed=lambda: session_allowed(token, prompt.session_id),
         # The agent names its own tool: a `prompt:...` name must not escape the plain rules.
-        rule=lambda: rule_for(prompt.tool_name, prompt.input, rules.PLAIN),
+        rule=lambda: ruling(prompt.tool_name, prompt.input, rules.PLAIN),
         granted=lambda: bool(grant_kind()),
         limited=lambda: limited(token, prompt.tool_name, prompt.input, rules.PLAIN),
         repeated=lambda: guards.repeated(token, prompt.tool_name, prompt.input),

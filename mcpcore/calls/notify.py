@@ -33,9 +33,9 @@ from django.utils import timezone
 
 from .. import audit, db, metrics, onetap
 from ..choices import AuditAction, CallKind, CallStatus, DeliveryStatus, QuestionStatus, TargetKind
-from ..models import SECRET_MASK, Delivery, NotificationTarget, Question, ToolCall, iso
+from ..models import SECRET_MASK, Delivery, Group, NotificationTarget, Question, ToolCall, iso
 from ..oauth import upstream
-from . import questions
+from . import questions, routing
 
 log = logging.getLogger("mcpcore.notify")
 
@@ -48,6 +48,7 @@ KEEP_DAYS = 30  # sent and failed deliveries are kept this long
 PRUNE_EVERY = 3600.0  # seconds
 
 PENDING, RESOLVED, TEST = "confirmation.pending", "confirmation.resolved", "test"
+ESCALATED = "confirmation.escalated"  # a confirmation is now also for another group (SPEC 24.3)
 QUESTION = "question.pending"  # a server's question waits in the inbox (SPEC 20.4)
 NEEDS_AUTHORIZATION = "server.needs_authorization"
 # ToolCall.notified
@@ -156,7 +157,10 @@ def ntfy_request(event: dict) -> tuple[str, dict[str, str]]:
         headers["Actions"] = ntfy_actions(data["approve_url"], data["deny_url"])
     if kind == CallKind.PERMISSION_PROMPT:
         return f"{tool} is waiting for approval", headers
-    by = f" (requested by {data['requested_by']})" if data.get("requested_by") else ""
+    why = [f"requested by {data['requested_by']}"] if data.get("requested_by") else []
+    if event.get("type") == ESCALATED:
+        why.append(f"escalated from {data.get('for')}")
+    by = f" ({'; '.join(why)})" if why else ""
     return f"{tool} on {server} is waiting for approval{by}", headers
 
 
@@ -197,14 +201,21 @@ def retry_delay(attempts: int, scale: float = 1.0) -> float | None:
 
 
 def add_target(
-    kind: str, url: str, created_by: str = "", by: audit.Actor | None = None, token: str = ""
+    kind: str,
+    url: str,
+    created_by: str = "",
+    by: audit.Actor | None = None,
+    token: str = "",
+    groups: Iterable[Group] = (),
 ) -> tuple[NotificationTarget, str]:
-    """A new target; returns it and its secret (webhooks), which is shown once (never in
-    the audit row). An ntfy topic's access `token` is kept where a webhook's secret is, and
-    is never shown again: the person typed it."""
+    """A new target, told only of these `groups`' confirmations when it names some (SPEC 24.7);
+    returns it and its secret (webhooks), which is shown once (never in the audit row). An ntfy
+    topic's access `token` is kept where a webhook's secret is, and is never shown again: the
+    person typed it."""
     secret = new_secret() if kind == TargetKind.WEBHOOK else token
     with transaction.atomic():
         target = NotificationTarget.objects.create(kind=kind, url=url, secret=secret, created_by=created_by)
+        target.groups.set(list(groups))
         audit.record(
             AuditAction.NOTIFY_ADD,
             target.name,
@@ -231,9 +242,13 @@ def target_state(target: NotificationTarget) -> dict:
     if parts.port:
         host = f"{host}:{parts.port}"
     url = urlunsplit((parts.scheme, host, parts.path, "", ""))
+    # The groups it is told of (SPEC 24.7), when it names some: a row for a target of all
+    # confirmations reads as before.
+    names = sorted(target.group_names())
+    groups = {"groups": names} if names else {}
     if target.kind == TargetKind.WEBHOOK:
-        return {"kind": target.kind, "url": url, "signed": bool(target.secret)}
-    return {"kind": target.kind, "url": url, "access_token": SECRET_MASK if target.secret else ""}
+        return {"kind": target.kind, "url": url, "signed": bool(target.secret), **groups}
+    return {"kind": target.kind, "url": url, "access_token": SECRET_MASK if target.secret else "", **groups}
 
 
 def queue_test(target: NotificationTarget) -> Delivery:
@@ -287,7 +302,8 @@ def _events_for(
 
 
 def enqueue_questions(limit: int = 200) -> int:
-    """Write a `question.pending` delivery to every target (webhooks and ntfy alike) for each
+    """Write a `question.pending` delivery to every target told of its call's group (webhooks
+    and ntfy alike, SPEC 24.7) for each
     server's question new in the inbox; returns how many were claimed. One that has left the
     inbox before it was seen is told to nobody (and a relayed one never waits in it)."""
     base, claimed = settings.AGENVOY_PUBLIC_URL, 0
@@ -298,7 +314,7 @@ def enqueue_questions(limit: int = 200) -> int:
     )
     if not rows:
         return 0
-    targets = list(NotificationTarget.objects.all())
+    targets = _targets()
     for question in rows:
         now = timezone.now()
         with transaction.atomic():
@@ -309,8 +325,31 @@ def enqueue_questions(limit: int = 200) -> int:
             body = payload(
                 QUESTION, now, event_data(questions.to_pending(question), question.server_name, url)
             )
-            _deliver(question.call_id, now, ((t, QUESTION, body) for t in targets))
+            told = (t for t, groups in targets if routing.sent_to(question.call, groups))
+            _deliver(question.call_id, now, ((t, QUESTION, body) for t in told))
     return claimed
+
+
+def queue_escalated(call: ToolCall, now: datetime.datetime) -> int:
+    """A `confirmation.escalated` message (SPEC 24.3) to the targets of the group it was
+    escalated to and those of every group, each with its own one-tap links; called in the
+    transaction that claimed the escalation (`routing.escalate_due`), so it is written once.
+    ntfy targets get it too: it waits for people. Returns how many deliveries."""
+    base = settings.AGENVOY_PUBLIC_URL
+    url = confirmation_url(base, str(call.confirm_id))
+    pending = {**call.to_pending(), "requested_by": call.requested_by}
+
+    def body(target: NotificationTarget) -> str:
+        links = action_links(base, call.confirm_id, target.pk)
+        return payload(ESCALATED, now, event_data(pending, call.server_name, url, actions=links))
+
+    told = [t for t, groups in _targets() if not groups or call.escalated_to in groups]
+    return _deliver(call.id, now, ((t, ESCALATED, body(t)) for t in told))
+
+
+def _targets() -> list[tuple[NotificationTarget, frozenset[str]]]:
+    """Every target with the groups it names (SPEC 24.7), in two queries."""
+    return [(t, t.group_names()) for t in NotificationTarget.objects.prefetch_related("groups")]
 
 
 def _deliver(call_id, now: datetime.datetime, events: Iterable[tuple[NotificationTarget, str, str]]) -> int:
@@ -347,7 +386,7 @@ def _enqueue_calls(limit: int) -> int:
     rows = list(news)
     if not rows:
         return 0
-    targets = list(NotificationTarget.objects.all())
+    targets = _targets()
     base, claimed = settings.AGENVOY_PUBLIC_URL, 0
     for call in rows:
         now = timezone.now()
@@ -361,7 +400,8 @@ def _enqueue_calls(limit: int) -> int:
                 now,
                 (
                     (t, kind, body)
-                    for t in targets
+                    for t, groups in targets
+                    if routing.sent_to(call, groups)
                     for kind, body in _events_for(call, base, now, t)
                     # ntfy is for people: it hears of confirmations that wait, not of their end
                     # (nor of one that already ended).

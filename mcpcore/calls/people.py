@@ -223,6 +223,8 @@ def remove_group(name: str, by: audit.Actor) -> None:
             raise PeopleError(f"group {name} is used by rules")
         if group.escalated_from.exists():
             raise PeopleError(f"group {name} is escalated to from another group")
+        if group.targets.exists():  # the target would then hear of every group's (SPEC 24.7)
+            raise PeopleError(f"group {name} is named by a notification target")
         before = group_dict(group)
         group.delete()
         audit.record(AuditAction.GROUP_REMOVE, name, actor=by, before=before)

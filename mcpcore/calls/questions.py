@@ -29,7 +29,8 @@ from django.utils import timezone
 from .. import control, db, elicitation
 from ..choices import CALL_LIVE, QuestionMode, QuestionStatus, Via
 from ..models import Question, ToolCall, iso
-from .replies import EXTEND_LIMIT, GONE, NOT_FOUND, ReplyError, extended_expiry
+from . import routing
+from .replies import EXTEND_LIMIT, GONE, NOT_FOUND, ReplyError, extended_expiry, refuse_routed
 
 OPEN = (QuestionStatus.ASKED, QuestionStatus.PENDING)
 # The longest a question in the inbox may wait, extensions included (SPEC 24.4).
@@ -110,7 +111,7 @@ def expire(question: Question) -> bool:
     return changed == 1
 
 
-def extend(question_id, authorize=None) -> Question:
+def extend(question_id, who: "str | routing.Replier", authorize=None) -> Question:
     """Extend a question in the inbox (SPEC 24.4), refused in the order of an answer (`answer`),
     400 past 24 hours; the call's group and the inbox are told (the runner waiting for the
     answer re-reads the row, and with it the new expiry)."""
@@ -119,6 +120,7 @@ def extend(question_id, authorize=None) -> Question:
         raise ReplyError(NOT_FOUND, 404)
     if authorize is not None:
         authorize(question)
+    refuse_routed(question.call, who)
     now = timezone.now()
     if question.status == QuestionStatus.PENDING and question.expires_at and question.expires_at <= now:
         expire(question)
@@ -150,9 +152,10 @@ def _end(question: Question, answer: dict, who: str, from_status) -> Question | 
     return question
 
 
-def answer(question_id, body: dict, who: str, authorize=None, by=None) -> Question:
+def answer(question_id, body: dict, who: "str | routing.Replier", authorize=None, by=None) -> Question:
     """A person's or an API token's answer to a question in the inbox, in SPEC 12.1's order:
-    unknown → 404; `authorize(question)` raises to refuse the answerer; ended or expired → 410;
+    unknown → 404; `authorize(question)` raises to refuse the answerer; one not of its call's
+    group (SPEC 24.1) → 403; ended or expired → 410;
     the answer checked against the schema (400 `invalid answer: <field>: <why>`, nothing
     stored); then the question ends and its call's group and the inbox are told. `by` is kept
     for the doors' symmetry with `calls.respond` (answers make no audit rows)."""
@@ -162,6 +165,8 @@ def answer(question_id, body: dict, who: str, authorize=None, by=None) -> Questi
         raise ReplyError(NOT_FOUND, 404)
     if authorize is not None:
         authorize(question)
+    refuse_routed(question.call, who)  # its call's group decides it (SPEC 24.1)
+    who = routing.name_of(who)
     if (
         question.status == QuestionStatus.PENDING
         and question.expires_at
@@ -273,6 +278,7 @@ def to_pending(question: Question) -> dict:
         "call_id": str(call.id),
         "server": question.server_name,
         "message": question.message,
+        "for": call.for_group or None,
     }
     if question.mode == QuestionMode.URL:
         item["url"] = question.url

@@ -70,6 +70,7 @@ def record(
     else:
         wait_for_a_person(call, token, now)
         call.repeated = decision.repeated
+        call.for_group, call.approvals_needed = decision.group, decision.approvals
     callsql.insert(call)
     if call.ended:  # denied by a rule, or a permission prompt allowed at once
         count_end(call)

@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from .. import audit, files, gate, schemas
 from ..choices import CallDecision, CallKind, CallStatus, RuleDecision
-from ..models import Tool, ToolCall
-from . import guards
+from ..models import Tool, ToolCall, iso
+from . import guards, routing
 from .approvals import allow_answer, allow_session, grant, remember_permission, rule_for
 from .record import CallError, checked, count_end_of, count_reply
 
@@ -34,17 +34,25 @@ EXTEND_LIMIT = datetime.timedelta(hours=24)
 
 
 def reply(
-    session_id: str, confirm_id: str, body: dict, who: str, authorize=None, by: audit.Actor | None = None
+    session_id: str,
+    confirm_id: str,
+    body: dict,
+    who: "str | routing.Replier",
+    authorize=None,
+    by: audit.Actor | None = None,
 ) -> ToolCall:
     """Apply a person's reply to a pending confirmation (SPEC 5); returns the updated call.
 
     `authorize(call)`, when given, runs once the confirmation is found and raises to refuse
-    the replier (the `/v1` token rights, SPEC 12.1); then `body` is checked (`schemas.Reply`),
-    before the 410 of a decided call. The allowances it makes are audited as `by`'s (default:
-    `who`); "approve and remember" of a tool call is a `trust.change` (it writes allow_tool)."""
+    the replier (the `/v1` token rights, SPEC 12.1); then whether `who` may decide it (24.1,
+    `routing`); then `body` is checked (`schemas.Reply`), before the 410 of a decided call. The
+    allowances it makes are audited as `by`'s (default: `who`); "approve and remember" of a
+    tool call is a `trust.change` (it writes allow_tool)."""
     call = _confirmation(session_id, confirm_id)
     if authorize is not None:
         authorize(call)
+    refuse_routed(call, who)
+    who = routing.name_of(who)
     answer = checked(schemas.Reply, body, ReplyError)
     if (
         call.is_prompt_or_resource
@@ -59,10 +67,16 @@ def reply(
         )
     if answer.arguments is not None and call.kind != CallKind.TOOL_CONFIRM:
         raise ReplyError("only a tool call's arguments can be changed", 400)
+    several = call.approvals_needed > 1 and answer.approve and not answer.abort
+    changes = answer.arguments is not None and answer.arguments != call.arguments
+    if several and (answer.remember or answer.allow_turn or _grant_for(answer) or changes):
+        raise ReplyError(f"this call needs {call.approvals_needed} approvals", 400)  # SPEC 24.2
     now = timezone.now()
     if call.status == CallStatus.PENDING and call.expires_at and call.expires_at <= now:
         expire(call.id)
         raise ReplyError(GONE, 410)
+    if several:
+        return _one_of_several(call, answer, who, by or audit.Actor(who), now)
     edit = _edit(call, answer.arguments, who)
     pending = ToolCall.objects.filter(id=call.id, status=CallStatus.PENDING)
     if answer.abort or not answer.approve:
@@ -85,11 +99,45 @@ def reply(
     return call
 
 
+def _one_of_several(call: ToolCall, answer: schemas.Reply, who: str, by: audit.Actor, now) -> ToolCall:
+    """One approval of a call that needs several (SPEC 24.2), by `who` (a person's username, a
+    token's `token:<name>`, a target's one-tap name): counted exactly once however many arrive
+    at once, on any process, because the row is locked while its approvals are read and
+    written (PostgreSQL's row lock; SQLite's IMMEDIATE transaction holds the write lock). The
+    last one approves the call, `decided_by` naming every approver in order."""
+    with transaction.atomic():
+        row = ToolCall.objects.select_for_update().filter(id=call.id, status=CallStatus.PENDING).first()
+        if row is None:
+            raise ReplyError(GONE, 410)
+        if any(a.get("by") == who for a in row.approvals):
+            raise ReplyError(f"{who} has already approved this call", 403)
+        approvals = [*row.approvals, {"by": who, "at": iso(now)}]
+        pending = ToolCall.objects.filter(id=call.id, status=CallStatus.PENDING)
+        if len(approvals) < row.approvals_needed:
+            pending.update(approvals=approvals)
+            final = False
+        else:
+            everyone = ", ".join(a["by"] for a in approvals)
+            _approve(row, pending, answer, everyone[:150], by, now, {"approvals": approvals})
+            final = True
+    call.refresh_from_db()
+    if final:
+        count_reply(call)
+    return call
+
+
+def refuse_routed(call: ToolCall, who: "str | routing.Replier") -> None:
+    """Raise the 403 of SPEC 24.1 for one who may not decide `call` (`routing.refusal`)."""
+    refused = routing.refusal(call, who)
+    if refused is not None:
+        raise ReplyError(refused, 403)
+
+
 def decide_many(
     ids: list[str],
     approve: bool,
     reason: str,
-    who: str,
+    who: "str | routing.Replier",
     refusal: Callable[[ToolCall], str | None] | None = None,
     by: audit.Actor | None = None,
 ) -> tuple[dict[str, str], list[ToolCall]]:
@@ -97,8 +145,10 @@ def decide_many(
     own reply would be (unknown → 404's text, `refusal(call)` → its text, decided or expired →
     410's), in three queries for any number: one read, one conditional UPDATE of them all,
     one read of which rows that UPDATE decided (its `decided_at`, so one decided by someone
-    else meanwhile is told 410, exactly). A permission prompt's approval is its own answer
-    (`reply`, one by one). Returns each id's result ("ok" or the error) and the calls decided."""
+    else meanwhile is told 410, exactly). A permission prompt's approval is its own answer, and
+    a call needing several approvals (SPEC 24.2) counts this one: those go through `reply`, one
+    by one. Returns each id's result ("ok" or the error) and the calls decided."""
+    replier, who = who, routing.name_of(who)
     results: dict[str, str] = {}
     wanted: dict[str, uuid.UUID] = {}
     for raw in ids:
@@ -112,6 +162,7 @@ def decide_many(
     for raw, cid in wanted.items():
         call = found.get(cid)
         refused = NOT_FOUND if call is None else refusal(call) if refusal is not None else None
+        refused = refused or (routing.refusal(call, replier) if call is not None else None)
         if call is None or refused is not None:
             results[raw] = refused or NOT_FOUND
         elif call.status != CallStatus.PENDING or (call.expires_at and call.expires_at <= now):
@@ -120,7 +171,7 @@ def decide_many(
             results[raw] = GONE
         else:
             chosen[raw] = call
-    decided = _prompts_approved(chosen, who, by, results) if approve else []
+    decided = _approved_one_by_one(chosen, replier, by, results) if approve else []
     bulk = {raw: c for raw, c in chosen.items() if raw not in results}
     fields = _decided_fields(approve, reason, who, now)
     live = Q(expires_at__isnull=True) | Q(expires_at__gt=now)
@@ -152,16 +203,19 @@ def _decided_fields(approve: bool, reason: str, who: str, now: datetime.datetime
     }
 
 
-def _prompts_approved(
-    chosen: dict[str, ToolCall], who: str, by: audit.Actor | None, results: dict[str, str]
+def _approved_one_by_one(
+    chosen: dict[str, ToolCall], who: "str | routing.Replier", by: audit.Actor | None, results: dict[str, str]
 ) -> list[ToolCall]:
-    """The permission prompts of a batch approved, each through `reply` (its answer is its
-    own); their results are set in `results`."""
+    """The permission prompts of a batch approved (its answer is its own), and the calls that
+    need several approvals given this one (SPEC 24.2), each through `reply`; their results are
+    set in `results`. Returns those decided."""
     approved = []
     for raw, call in chosen.items():
-        if call.is_permission_prompt:
+        if call.is_permission_prompt or call.approvals_needed > 1:
             try:
-                approved.append(reply(call.session_id, raw, {"approve": True}, who, by=by))
+                done = reply(call.session_id, raw, {"approve": True}, who, by=by)
+                if done.status != CallStatus.PENDING:
+                    approved.append(done)
                 results[raw] = "ok"
             except ReplyError as exc:
                 results[raw] = exc.message
@@ -263,9 +317,9 @@ def extended_expiry(created_at: datetime.datetime, now: datetime.datetime) -> da
     return until
 
 
-def extend_confirmation(confirm_id, authorize=None) -> ToolCall | None:
+def extend_confirmation(confirm_id, who: "str | routing.Replier", authorize=None) -> ToolCall | None:
     """Extend a pending confirmation (SPEC 24.4), refused as a reply is (12.1: `authorize(call)`
-    raises to refuse the replier, before the 410), and 400 past 24 hours. The expiry is the
+    raises to refuse the replier, then 24.1's group, before the 410), and 400 past 24 hours. The
     row's, so every waiter and the supervisor's sweep read the new one. Returns the call with
     its new expiry; None when no confirmation has this id (it may name a server's question)."""
     try:
@@ -277,6 +331,7 @@ def extend_confirmation(confirm_id, authorize=None) -> ToolCall | None:
         return None
     if authorize is not None:
         authorize(call)
+    refuse_routed(call, who)
     now = timezone.now()
     if call.status == CallStatus.PENDING and call.expires_at and call.expires_at <= now:
         expire(call.id)

@@ -12,7 +12,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from mcp.shared.exceptions import MCPError
 
-from .. import calls, control, db
+from .. import calls, control, db, gate
 from ..calls import questions
 from ..choices import QuestionStatus
 from ..models import ApiToken, Question, ToolCall
@@ -66,15 +66,19 @@ async def hold_or_ask(ctx, call: ToolCall, token: ApiToken | None, retry: bool =
     dict), the call still running until the client's retry holds it again."""
     meta = (ctx.params or {}).get("_meta")
     wants_progress = isinstance(meta, dict) and meta.get("progressToken") is not None
-    # The confirmation's own page, on the Pending page's address (SPEC 13.3, 15).
-    waiting = f"waiting for approval: {settings.AGENVOY_PUBLIC_URL}/pending/{call.confirm_id}/"
-    if call.repeated:  # held as a repeat (SPEC 25.2): the agent is told why
-        waiting = f"{waiting} ({call.repeat_note})"
+    # The confirmation's own page, on the Pending page's address (SPEC 13.3, 15); a repeat says
+    # why it was held (25.2), a group's call by whom and, once escalated, to whom (24.1, 24.3).
+    page = f"{settings.AGENVOY_PUBLIC_URL}/pending/{call.confirm_id}/"
+    group, escalated_to = call.for_group, call.escalated_to
     beats = 0
 
     async def heartbeat() -> None:
-        nonlocal beats
+        nonlocal beats, escalated_to
         beats += 1
+        if group and not escalated_to:  # an escalation is the one change the message follows
+            fresh = await calls.get(call.id)
+            escalated_to = fresh.escalated_to if fresh is not None else ""
+        waiting = gate.waiting_text(page, group, escalated_to, call.repeat_note)
         await ctx.session.report_progress(beats, None, waiting)
 
     async def progress(value, total, message) -> None:

@@ -18,6 +18,7 @@ import math
 import os
 import re
 import socket
+import time
 import uuid
 from pathlib import Path
 from typing import IO
@@ -43,6 +44,7 @@ class NotConnected(Exception):
 log = logging.getLogger("mcpcore.supervisor")
 
 TICK = 1.0
+ESCALATION_CHECK = 5.0  # seconds between looks for confirmations due to escalate (SPEC 24.3)
 
 
 class Supervisor:
@@ -78,6 +80,7 @@ class Supervisor:
         # A worker (not the only supervisor) takes no lease on its first tick: workers started
         # together see each other's heartbeat first and split the servers without a hand-over.
         self._seen_peers = exclusive
+        self._escalation_checked = -math.inf  # time.monotonic of the last look (SPEC 24.3)
 
     # --- life --------------------------------------------------------------------------------
 
@@ -341,6 +344,11 @@ class Supervisor:
         expired = await db.run(calls.expire_due)
         for call_id in expired:
             await calls.announce(call_id)
+        if time.monotonic() - self._escalation_checked >= ESCALATION_CHECK:
+            self._escalation_checked = time.monotonic()
+            # Every process looks; the claim in the row makes each escalation happen once.
+            for call_id in await db.run(calls.escalate_due):
+                await calls.announce(call_id)
         await db.run(questions.sweep)  # questions past their time, or of calls that ended
         for call_id in await db.run(calls.unstarted_for, list(owned)):
             self.pick_up(call_id)

@@ -663,10 +663,13 @@ def _ending(call: ToolCall) -> str:
     return said
 
 
-def confirmation_context(call: ToolCall, typed: str | None = None, problem: str = "") -> dict:
-    """A confirmation's own page; a pending tool call's has the `Edit and approve` form (SPEC
-    24.5): the arguments pretty-printed (or as the person `typed` them, with the `problem` the
-    reply found) and the tool's input schema."""
+def confirmation_context(
+    call: ToolCall, groups: frozenset[str] | None, typed: str | None = None, problem: str = ""
+) -> dict:
+    """A confirmation's own page, for one deciding `groups` (SPEC 24.1: `routing.deciding_groups`);
+    a pending tool call's has the `Edit and approve` form (SPEC 24.5): the arguments
+    pretty-printed (or as the person `typed` them, with the `problem` the reply found) and the
+    tool's input schema."""
     pending = call.status == CallStatus.PENDING
     edit = None
     if pending and call.kind == CallKind.TOOL_CONFIRM:
@@ -679,7 +682,7 @@ def confirmation_context(call: ToolCall, typed: str | None = None, problem: str 
         }
     return {
         "call": call,
-        "item": live.pending_context([call])["pending_items"][0] if pending else None,
+        "item": live.pending_context([call], groups=groups)["pending_items"][0] if pending else None,
         "ending": "" if pending else _ending(call),
         "result": result_view(call.result) if call.ended else None,
         "detail": True,
@@ -747,13 +750,14 @@ def question_rows(questions: list[Question]) -> list[dict]:
     return rows
 
 
-def question_context(question: Question) -> dict:
-    """A server's question's own page: its form while it waits, how it ended after."""
+def question_context(question: Question, groups: frozenset[str] | None) -> dict:
+    """A server's question's own page: its form while it waits (for one deciding `groups`), how
+    it ended after."""
     pending = question.status == QuestionStatus.PENDING
     return {
         "question": question,
         "call": question.call,
-        "q": live.question_item(question) if pending else None,
+        "q": live.question_item(question, groups=groups) if pending else None,
         "ending": "" if pending else question_ending(question),
         "detail": True,
     }
@@ -780,7 +784,7 @@ def target_token_error(kind: str, token: str) -> str:
 
 
 def _targets() -> list[NotificationTarget]:
-    rows = list(NotificationTarget.objects.all())
+    rows = list(NotificationTarget.objects.prefetch_related("groups"))
     for row in rows:
         row.recent = list(row.deliveries.order_by("-created_at", "-id")[:DELIVERIES_SHOWN])
     return rows

@@ -18,6 +18,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from .. import control, elicitation
+from ..calls import routing
 from ..choices import CallKind, CallStatus, QuestionMode, QuestionStatus
 from ..models import Question, Server, SessionAllowance, ToolCall
 from ..oauth import upstream
@@ -120,12 +121,14 @@ def _left(expires_at, now) -> dict:
     }
 
 
-def question_item(question: Question, now=None) -> dict:
-    """What a question's card shows: the form's fields (form mode) or the URL and its host."""
+def question_item(question: Question, now=None, groups: frozenset[str] | None = frozenset()) -> dict:
+    """What a question's card shows: the form's fields (form mode) or the URL and its host;
+    `decides`: whether one deciding `groups` may answer it (its call's group, SPEC 24.1)."""
     call = question.call
     item = {
         "question": question,
         "call": call,
+        "decides": routing.decides(call, groups),
         "tool": call.tool or call.tool_name,
         "args": json.dumps(call.arguments, indent=2, ensure_ascii=False),
         **_left(question.expires_at, now or timezone.now()),
@@ -183,7 +186,11 @@ def _same_call(call: ToolCall) -> tuple | None:
     return call.token_id, call.requested_by, call.tool_name, args
 
 
-def pending_context(rows: list[ToolCall], asked: list[Question] | None = None) -> dict:
+def pending_context(
+    rows: list[ToolCall], asked: list[Question] | None = None, groups: frozenset[str] | None = frozenset()
+) -> dict:
+    """The inbox's items; each says whether the person, deciding `groups` (`routing.deciding_groups`:
+    None for all), may decide it (SPEC 24.1: else `For <group>` and no buttons)."""
     now = timezone.now()
     asked = asked or []
     items: list[dict] = []
@@ -196,6 +203,7 @@ def pending_context(rows: list[ToolCall], asked: list[Question] | None = None) -
         item = {
             "call": call,
             "group": [call],  # the calls this row decides: more than one shows as `×<n>`
+            "decides": routing.decides(call, groups),
             "args": json.dumps(call.arguments, indent=2, ensure_ascii=False),
             **_left(call.expires_at, now),
         }
@@ -212,7 +220,7 @@ def pending_context(rows: list[ToolCall], asked: list[Question] | None = None) -
     return {
         "pending_sig": hashlib.sha1(shown.encode()).hexdigest()[:16],
         "pending_items": items,
-        "question_items": [question_item(q, now) for q in asked[:PENDING_SHOWN]],
+        "question_items": [question_item(q, now, groups) for q in asked[:PENDING_SHOWN]],
         "pending_more": len(rows) > PENDING_SHOWN or len(asked) > PENDING_SHOWN,
         "pending_badge": badge_text(len(rows) + len(asked)),
     }
@@ -249,10 +257,19 @@ def _render_status(page: str, query: dict, server_name: str, role: str) -> str:
     )
 
 
-def _render_pending(page: str, role: str) -> str:
+def _render_pending(page: str, role: str, user=None) -> str:
     if page == "pending":
         may = roles.may(role)  # a viewer's list has no buttons (SPEC 23.1)
-        context = pending_context(pending_calls(), pending_questions())
+        rows, asked = pending_calls(), pending_questions()
+        # Nor another group's items (24.1): whose the person decides is asked only when an item
+        # has a group (a push with none costs no more); without a person, none of them.
+        routed = any(c.for_group for c in rows[:PENDING_SHOWN]) or any(q.call.for_group for q in asked)
+        groups: frozenset[str] | None = None
+        if routed:
+            groups = (
+                routing.deciding_groups(routing.Replier.person(user)) if user is not None else frozenset()
+            )
+        context = pending_context(rows, asked, groups)
         html: str = render_to_string(
             "mcpcore/pending_list.html#pending-list", {**context, "oob": True, "may": may}
         )
@@ -279,5 +296,5 @@ async def render_push(event: dict, scope: dict) -> str:
     if kind == "status.changed" and isinstance(event.get("server"), str):
         return await sync_to_async(_render_status)(page, query, event["server"], role)
     if kind == "pending.changed":
-        return await sync_to_async(_render_pending)(page, role)
+        return await sync_to_async(_render_pending)(page, role, user)
     return ""

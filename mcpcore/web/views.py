@@ -52,7 +52,7 @@ from .. import (
     serverconfig,
     toolviewstore,
 )
-from ..calls import notify, people, questions
+from ..calls import notify, people, questions, routing
 from ..choices import CallDecision, CallStatus, PersonRole, QuestionMode, ServerState, TargetKind, TokenRole
 from ..models import (
     ApiToken,
@@ -237,6 +237,16 @@ class _Refusal:
             self.caught, self.message, self.status = True, exc.message, exc.status
             return True
         return False
+
+
+def _forbidden(request: HttpRequest, refused: _Refusal) -> HttpResponse | None:
+    """A 403 of the call path (SPEC 24.1: `this confirmation is for <group>`) as the pages' 403
+    page (23.1's), for the person who may not decide that item; None for any other refusal,
+    which the page says in its note."""
+    if refused.status != 403:
+        return None
+    context = {"message": refused.message}
+    return HttpResponse(render_to_string("mcpcore/forbidden.html", context, request), status=403)
 
 
 def _plain(text: str, status: int) -> HttpResponse:
@@ -608,7 +618,7 @@ def oauth_callback(request: HtmxRequest) -> HttpResponse:
 @require_safe
 @htmx_page
 def pending(request: HtmxRequest) -> HttpResponse:
-    context = live.pending_context(live.pending_calls(), live.pending_questions())
+    context = live.pending_context(live.pending_calls(), live.pending_questions(), _deciding(request))
     if request.htmx:
         return _fragment(
             request,
@@ -636,10 +646,12 @@ def pending_reply(request: HtmxRequest, confirm_id: str) -> HttpResponse:
                 form.cleaned_data["session_id"],
                 confirm_id,
                 body,
-                request.user.get_username(),
+                routing.Replier.person(request.user),
                 local=calls.local_supervisor(request),
                 by=audit.by(request),
             )
+        if forbidden := _forbidden(request, refused):
+            return forbidden
         if refused:
             messages.error(request, f"Not applied: {refused.message}.")
         else:
@@ -675,7 +687,7 @@ def pending_decide(request: HtmxRequest) -> HttpResponse:
         body.ids,
         body.approve,
         body.reason.strip(),
-        request.user.get_username(),
+        routing.Replier.person(request.user),
         local=calls.local_supervisor(request),
         by=audit.by(request),
     )
@@ -702,12 +714,14 @@ def pending_edit(request: HtmxRequest, confirm_id: uuid.UUID) -> HttpResponse:
             call.session_id,
             str(confirm_id),
             {"approve": True, "arguments": arguments},
-            request.user.get_username(),
+            routing.Replier.person(request.user),
             local=calls.local_supervisor(request),
             by=audit.by(request),
         )
+    if forbidden := _forbidden(request, refused):
+        return forbidden
     if refused and refused.status == 400:
-        context = confirmation_context(call, typed, refused.message)
+        context = confirmation_context(call, _deciding(request), typed, refused.message)
         return render(request, "mcpcore/pending_detail.html", context, status=400)
     if refused:
         messages.error(request, f"Not applied: {refused.message}.")
@@ -716,12 +730,17 @@ def pending_edit(request: HtmxRequest, confirm_id: uuid.UUID) -> HttpResponse:
     return redirect("pending-detail", confirm_id)
 
 
+def _deciding(request: HttpRequest) -> frozenset[str] | None:
+    """The groups whose items the signed-in person decides (SPEC 24.1; None: all)."""
+    return routing.deciding_groups(routing.Replier.person(request.user))
+
+
 def _inbox_after(request: HtmxRequest) -> HttpResponse:
     """After a reply or an answer: the inbox's list (and its badge and allowances) for htmx,
     else back where the person came from."""
     if request.htmx:
         context = {
-            **live.pending_context(live.pending_calls(), live.pending_questions()),
+            **live.pending_context(live.pending_calls(), live.pending_questions(), _deciding(request)),
             "allowances": live.allowances(),
         }
         return _fragment(
@@ -739,7 +758,9 @@ def pending_extend(request: HtmxRequest, item_id: str) -> HttpResponse:
     """Extend a pending confirmation or a server's question (SPEC 24.4): the inbox's and the
     item's own page's `Extend`."""
     with _Refusal() as refused:
-        until = control.run_to_end(calls.extend, item_id)
+        until = control.run_to_end(calls.extend, item_id, routing.Replier.person(request.user))
+    if forbidden := _forbidden(request, refused):
+        return forbidden
     if refused:
         messages.error(request, f"Not extended: {refused.message}.")
     else:
@@ -768,9 +789,9 @@ def pending_detail(request: HtmxRequest, confirm_id: uuid.UUID) -> HttpResponse:
     call = ToolCall.objects.filter(confirm_id=confirm_id).first()
     if call is None:
         question = get_object_or_404(Question.objects.select_related("call"), id=confirm_id)
-        context, fragment = question_context(question), "question-detail"
+        context, fragment = question_context(question, _deciding(request)), "question-detail"
     else:
-        context, fragment = confirmation_context(call), "pending-detail"
+        context, fragment = confirmation_context(call, _deciding(request)), "pending-detail"
     if request.htmx:
         return render(request, f"mcpcore/pending_detail.html#{fragment}", context)
     return render(request, "mcpcore/pending_detail.html", context)
@@ -787,7 +808,9 @@ def pending_answer(request: HtmxRequest, question_id: uuid.UUID) -> HttpResponse
     if action == "accept" and question.mode == QuestionMode.FORM:
         body["content"] = elicitation.from_form(question.schema, request.POST)
     with _Refusal() as refused:
-        questions.answer(question.id, body, request.user.get_username())
+        questions.answer(question.id, body, routing.Replier.person(request.user))
+    if forbidden := _forbidden(request, refused):
+        return forbidden
     if refused:
         messages.error(request, f"Not sent: {refused.message}.")
     else:
@@ -1150,6 +1173,7 @@ def _notifications_page(
         "new": new,
         "public_url": settings.AGENVOY_PUBLIC_URL,
         "target_kinds": list(TargetKind),
+        "group_choices": list(Group.objects.values_list("name", flat=True)),
     }
     response = render(request, "mcpcore/notification_list.html", context, status=status)
     response["Cache-Control"] = "no-store"  # a new target's secret is on it once
@@ -1165,11 +1189,15 @@ def notifications(request: HtmxRequest) -> HttpResponse:
     if request.method != "POST":
         if request.htmx:
             return render(request, "mcpcore/notification_list.html#notification-targets", targets_context())
-        return _notifications_page(request, {"kind": TargetKind.WEBHOOK, "url": "", "error": ""}, None)
+        blank = {"kind": TargetKind.WEBHOOK, "url": "", "error": "", "groups": []}
+        return _notifications_page(request, blank, None)
     kind = request.POST.get("kind", "")
     url = request.POST.get("url", "").strip()
     token = request.POST.get("token", "").strip()
-    form = {"kind": kind, "url": url, "error": ""}  # the token is never sent back
+    named = request.POST.getlist("groups")
+    groups = list(Group.objects.filter(name__in=[n for n in named if "\x00" not in n]))
+    # the token is never sent back
+    form = {"kind": kind, "url": url, "error": "", "groups": named}
     if kind not in TargetKind.values:
         form["error"] = "Choose a kind: webhook or ntfy."
     else:
@@ -1180,11 +1208,13 @@ def notifications(request: HtmxRequest) -> HttpResponse:
         if len(url) > 2000:
             form["error"] = "That URL is too long (at most 2,000 characters)."
         form["error"] = form["error"] or target_token_error(kind, token)
+        unknown = sorted(set(named) - {g.name for g in groups})
+        form["error"] = form["error"] or (f"Unknown group: {unknown[0]}." if unknown else "")
     if form["error"]:
         return _notifications_page(request, form, None, status=400)
     who = request.user.get_username()
-    target, secret = notify.add_target(kind, url, who, audit.by(request), token=token)
-    blank = {"kind": kind, "url": "", "error": ""}
+    target, secret = notify.add_target(kind, url, who, audit.by(request), token=token, groups=groups)
+    blank = {"kind": kind, "url": "", "error": "", "groups": []}
     return _notifications_page(request, blank, {"target": target, "secret": secret})
 
 
@@ -1473,7 +1503,7 @@ def one_tap(request: HttpRequest, token: str) -> HttpResponse:
         response = render(request, "mcpcore/one_tap.html", context)
         response._has_been_logged = True  # type: ignore[attr-defined]  # as in _plain
         return _private(response)
-    who = f"{target.name} (one-tap)"
+    who = routing.Replier.one_tap(target)
     with _Refusal() as refused:
         control.run_to_end(
             calls.respond,
@@ -1481,8 +1511,10 @@ def one_tap(request: HttpRequest, token: str) -> HttpResponse:
             str(call.confirm_id),
             {"approve": approve},
             who,
-            by=audit.Actor(who, audit.address_of(request)),
+            by=audit.Actor(who.name, audit.address_of(request)),
         )
+    if refused and refused.status == 403:  # not sent to this target (SPEC 24.7)
+        return _plain(refused.message, 403)
     if refused:
         return _plain(LINK_GONE, 410)
     return _plain("approved" if approve else "denied", 200)

@@ -61,6 +61,7 @@ def test_it_lists_a_pending_question_as_a_pending_item():
         "call_id": str(call.id),
         "server": "every",
         "message": "Your name?",
+        "for": None,  # its call's group (SPEC 24.1)
         "schema": SCHEMA,
     }
     u = questions.ask(call.id, "every", "url", "Sign in", url="https://idp.example/x")

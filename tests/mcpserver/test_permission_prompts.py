@@ -215,6 +215,9 @@ def test_it_lists_prompts_in_v1_pending_with_their_kind(api, api_token, every_to
         "call_id": str(call.id),
         "changed": False,
         "repeated": 0,
+        "for": None,  # who decides it (SPEC 24.1): every approver
+        "approvals": [],
+        "escalated_to": None,
     }
     assert rows[str(every_tool_call.confirm_id)]["kind"] == "tool_confirm"
 
