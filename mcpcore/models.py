@@ -837,7 +837,6 @@ class ToolCall(models.Model):
             "repeated": self.repeated,
             "for": self.for_group or None,
             "approvals": self.approvals,
-            "escalated_to": self.escalated_to or None,
         }
         if self.via == "hook":
             item["cwd"] = self.cwd

@@ -337,7 +337,8 @@ def queue_escalated(call: ToolCall, now: datetime.datetime) -> int:
     ntfy targets get it too: it waits for people. Returns how many deliveries."""
     base = settings.AGENVOY_PUBLIC_URL
     url = confirmation_url(base, str(call.confirm_id))
-    pending = {**call.to_pending(), "requested_by": call.requested_by}
+    # The pending item as GET /v1/pending has it (SPEC 15), and the group it went on to (24.3).
+    pending = {**call.to_pending(), "requested_by": call.requested_by, "escalated_to": call.escalated_to}
 
     def body(target: NotificationTarget) -> str:
         links = action_links(base, call.confirm_id, target.pk)

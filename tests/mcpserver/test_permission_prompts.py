@@ -217,7 +217,6 @@ def test_it_lists_prompts_in_v1_pending_with_their_kind(api, api_token, every_to
         "repeated": 0,
         "for": None,  # who decides it (SPEC 24.1): every approver
         "approvals": [],
-        "escalated_to": None,
     }
     assert rows[str(every_tool_call.confirm_id)]["kind"] == "tool_confirm"
 
