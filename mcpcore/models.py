@@ -992,6 +992,8 @@ class NotificationTarget(models.Model):
     with `secret` (`whsec_<base64>`, shown once when made), or an ntfy topic URL, whose
     `secret` is its optional access token (sent as `Authorization: Bearer`, never shown)."""
 
+    # What people call it (SPEC 15; default: the URL's host), e.g. in `<name> (one-tap)`.
+    name = models.CharField(max_length=100, blank=True, default="")
     kind = models.CharField(max_length=10, choices=TargetKind.choices)
     url = models.URLField(max_length=2000)
     # Kept in clear: signing (or the ntfy header) needs it. Never shown again after the page
@@ -1012,10 +1014,11 @@ class NotificationTarget(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} {self.url}"
 
-    @property
-    def name(self) -> str:
-        """What people call the target (SPEC 15: the URL's host)."""
-        return urlsplit(self.url).hostname or self.url
+    def save(self, *args, **kwargs) -> None:
+        # Without a name it is called by its URL's host (SPEC 15), however it is made.
+        if not self.name.strip():
+            self.name = (urlsplit(self.url).hostname or self.url)[:100]
+        super().save(*args, **kwargs)
 
     def group_names(self) -> frozenset[str]:
         """The groups it names (prefetched `groups` when the caller did)."""

@@ -207,14 +207,17 @@ def add_target(
     by: audit.Actor | None = None,
     token: str = "",
     groups: Iterable[Group] = (),
+    name: str = "",
 ) -> tuple[NotificationTarget, str]:
     """A new target, told only of these `groups`' confirmations when it names some (SPEC 24.7);
     returns it and its secret (webhooks), which is shown once (never in the audit row). An ntfy
     topic's access `token` is kept where a webhook's secret is, and is never shown again: the
-    person typed it."""
+    person typed it. Without a `name` it is called by its URL's host (SPEC 15)."""
     secret = new_secret() if kind == TargetKind.WEBHOOK else token
     with transaction.atomic():
-        target = NotificationTarget.objects.create(kind=kind, url=url, secret=secret, created_by=created_by)
+        target = NotificationTarget.objects.create(
+            name=name.strip(), kind=kind, url=url, secret=secret, created_by=created_by
+        )
         target.groups.set(list(groups))
         audit.record(
             AuditAction.NOTIFY_ADD,

@@ -1189,15 +1189,16 @@ def notifications(request: HtmxRequest) -> HttpResponse:
     if request.method != "POST":
         if request.htmx:
             return render(request, "mcpcore/notification_list.html#notification-targets", targets_context())
-        blank = {"kind": TargetKind.WEBHOOK, "url": "", "error": "", "groups": []}
+        blank = {"kind": TargetKind.WEBHOOK, "url": "", "name": "", "error": "", "groups": []}
         return _notifications_page(request, blank, None)
     kind = request.POST.get("kind", "")
     url = request.POST.get("url", "").strip()
+    name = request.POST.get("name", "").strip()
     token = request.POST.get("token", "").strip()
     named = request.POST.getlist("groups")
     groups = list(Group.objects.filter(name__in=[n for n in named if "\x00" not in n]))
     # the token is never sent back
-    form = {"kind": kind, "url": url, "error": "", "groups": named}
+    form = {"kind": kind, "url": url, "name": name, "error": "", "groups": named}
     if kind not in TargetKind.values:
         form["error"] = "Choose a kind: webhook or ntfy."
     else:
@@ -1207,14 +1208,18 @@ def notifications(request: HtmxRequest) -> HttpResponse:
             form["error"] = "Enter an http:// or https:// URL."
         if len(url) > 2000:
             form["error"] = "That URL is too long (at most 2,000 characters)."
+        if len(name) > 100:
+            form["error"] = "That name is too long (at most 100 characters)."
         form["error"] = form["error"] or target_token_error(kind, token)
         unknown = sorted(set(named) - {g.name for g in groups})
         form["error"] = form["error"] or (f"Unknown group: {unknown[0]}." if unknown else "")
     if form["error"]:
         return _notifications_page(request, form, None, status=400)
     who = request.user.get_username()
-    target, secret = notify.add_target(kind, url, who, audit.by(request), token=token, groups=groups)
-    blank = {"kind": kind, "url": "", "error": "", "groups": []}
+    target, secret = notify.add_target(
+        kind, url, who, audit.by(request), token=token, groups=groups, name=name
+    )
+    blank = {"kind": kind, "url": "", "name": "", "error": "", "groups": []}
     return _notifications_page(request, blank, {"target": target, "secret": secret})
 
 

@@ -108,3 +108,23 @@ def test_it_keeps_a_group_a_target_names(db):
     _, admin = ApiToken.issue("boss", role="admin")
     r = request(admin, "POST", "/v1/groups/remove", {"name": "ops"})
     assert (r.status_code, r.json()) == (400, {"error": "group ops is named by a notification target"})
+
+
+def test_it_names_a_target_and_counts_its_one_tap_approval_by_that_name(db, every, agenvoy_home):
+    (agenvoy_home / "rules").write_text("ask mcp__every__get-sum\n")
+    # SPEC 15: a target is a name (default: the URL's host); 24.7: `<target name> (one-tap)`.
+    web = Client()
+    web.force_login(User.objects.create_user("op"))
+    r = web.post(
+        "/notifications/", {"kind": "webhook", "url": "https://hooks.example/h", "name": "Ops pager"}
+    )
+    assert r.status_code == 200 and "Ops pager" in r.content.decode()
+    r = web.post("/notifications/", {"kind": "webhook", "url": "https://x.example/h", "name": "n" * 101})
+    assert r.status_code == 400 and "That name is too long (at most 100 characters)." in r.content.decode()
+    web.post("/notifications/", {"kind": "ntfy", "url": "https://ntfy.example/topic"})
+    assert list(NotificationTarget.objects.values_list("name", flat=True)) == ["Ops pager", "ntfy.example"]
+    pager = NotificationTarget.objects.get(name="Ops pager")
+    c = held("mcp__every__get-sum")
+    assert tap(pager, c).status_code == 200
+    c.refresh_from_db()
+    assert c.decided_by == "Ops pager (one-tap)"
