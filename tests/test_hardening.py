@@ -248,6 +248,30 @@ async def test_it_drops_the_answer_of_a_call_whose_client_hung_up_without_a_trac
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
+async def test_it_looks_at_the_rules_file_once_for_a_call_a_limit_refuses(agenvoy_home, monkeypatch):
+    # Issue 44: the gate asks every call for its deciding rule and for its limits, and each
+    # looked at the rules file again (a stat through pathlib): twice per refused call of a loop.
+    import json
+
+    from asgiref.sync import sync_to_async
+
+    from mcpcore import files
+
+    secret = await sync_to_async(_server_with_a_tool_and_token)(agenvoy_home)
+    (agenvoy_home / "rules").write_text("limit 1/h mcp__srv__tool\n")
+    body = json.dumps({"name": "mcp__srv__tool", "arguments": {}, "mode": "confirm", "wait": 0}).encode()
+    looked: list[str] = []
+    stat_key = files.stat_key
+    with anyio.fail_after(20):
+        assert (await _long_poll("/v1/mcp/call", "", secret, None, "POST", body))[0]["status"] == 202
+        monkeypatch.setattr(files, "stat_key", lambda name: looked.append(name) or stat_key(name))
+        refused = await _long_poll("/v1/mcp/call", "", secret, None, "POST", body)
+    assert refused[0]["status"] == 429
+    assert looked.count(files.RULES) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
 async def test_it_tells_the_inbox_that_an_agent_stopped_waiting_until_one_waits_again(agenvoy_home):
     # Issue 47, point 2: a curl given up on left its call in the inbox looking like a live one.
     import json

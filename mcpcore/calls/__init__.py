@@ -234,14 +234,15 @@ def _decide(
         pinned = cache.pin(tool.registered_name)
         return bool(pinned) and pinned != tool.digest
 
+    in_force = rules_in_force()  # one read for the rule and the limits the gate asks of every call
     decision = gate.decide(
         mode,
         lambda: trusted(tool),
         lambda: session_allowed(token, session_id),
-        rule=lambda: ruling(tool.registered_name, arguments),
+        rule=lambda: ruling(tool.registered_name, arguments, in_force=in_force),
         changed=changed,
         granted=lambda: granted(token, CallKind.TOOL_CONFIRM, tool.registered_name),
-        limited=lambda: limited(token, tool.registered_name, arguments),
+        limited=lambda: limited(token, tool.registered_name, arguments, in_force=in_force),
         repeated=lambda: guards.repeated(token, tool.registered_name, arguments),
     )
     return decision, changed
@@ -290,14 +291,14 @@ def create_read(
     else:
         tool_name, tool, checked_as = name[:700], "", {"uri": name}
         rule_name = f"resource:{server.name}"
-    started = traces.clock()
+    started, in_force = traces.clock(), rules_in_force()
     decision = gate.decide(
         Mode.CONFIRM,
         allowed=lambda: False,
         session_allowed=lambda: False,
-        rule=lambda: ruling(rule_name, checked_as),
+        rule=lambda: ruling(rule_name, checked_as, in_force=in_force),
         reads=True,
-        limited=lambda: limited(token, rule_name, checked_as),
+        limited=lambda: limited(token, rule_name, checked_as, in_force=in_force),
     )
     traces.gate(traceparent, started, decision)
     now = timezone.now()

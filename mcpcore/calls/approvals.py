@@ -63,10 +63,13 @@ def rules_in_force() -> rules.RuleSet:
     return _rules["set"]
 
 
-def ruling(tool_name: str, arguments: dict, form: str | None = None) -> gate.Found | None:
+def ruling(
+    tool_name: str, arguments: dict, form: str | None = None, in_force: rules.RuleSet | None = None
+) -> gate.Found | None:
     """The rule that decides a call checked under `tool_name`, with who decides an `ask`
-    (SPEC 24.1, 24.2), or None; `form` as `RuleSet.check` takes it."""
-    rule = rules_in_force().check(tool_name, arguments, form)
+    (SPEC 24.1, 24.2), or None; `form` as `RuleSet.check` takes it; `in_force` the rules
+    already read for this call (one look at the file per call)."""
+    rule = (rules_in_force() if in_force is None else in_force).check(tool_name, arguments, form)
     if rule is None:
         return None
     return gate.Found(rule.decision, rule.text, rule.group or "", rule.approvals)
@@ -79,13 +82,21 @@ def rule_for(tool_name: str, arguments: dict, form: str | None = None) -> tuple[
 
 
 def limited(
-    token: ApiToken | None, tool_name: str, arguments: dict, form: str | None = None
+    token: ApiToken | None,
+    tool_name: str,
+    arguments: dict,
+    form: str | None = None,
+    in_force: rules.RuleSet | None = None,
 ) -> tuple[str, int] | None:
     """A call checked under `tool_name` counted under the limit lines that match it (SPEC
-    25.1, `guards.limited`): the line it goes over and the seconds until one more fits, or None."""
+    25.1, `guards.limited`): the line it goes over and the seconds until one more fits, or None.
+    `in_force`: the rules `rule_for` read for the same call (the gate asks both for every
+    call; a second read is a second stat of the rules file)."""
     if token is None:
         return None
-    return guards.limited(token, rules_in_force().limits(tool_name, arguments, form))
+    return guards.limited(
+        token, (rules_in_force() if in_force is None else in_force).limits(tool_name, arguments, form)
+    )
 
 
 def session_allowed(token: ApiToken | None, session_id: str) -> bool:
@@ -263,14 +274,15 @@ def create_permission_prompt(
         created_at=now,
     )
     grant_kind = functools.cache(lambda: _prompt_grant(token, prompt.tool_name))
+    in_force = rules_in_force()
     decision = gate.decide(
         Mode.CONFIRM,  # modes do not apply to permission prompts, nor does allow_tool (13.5)
         allowed=lambda: False,
         session_allowed=lambda: session_allowed(token, prompt.session_id),
         # The agent names its own tool: a `prompt:...` name must not escape the plain rules.
-        rule=lambda: ruling(prompt.tool_name, prompt.input, rules.PLAIN),
+        rule=lambda: ruling(prompt.tool_name, prompt.input, rules.PLAIN, in_force),
         granted=lambda: bool(grant_kind()),
-        limited=lambda: limited(token, prompt.tool_name, prompt.input, rules.PLAIN),
+        limited=lambda: limited(token, prompt.tool_name, prompt.input, rules.PLAIN, in_force),
         repeated=lambda: guards.repeated(token, prompt.tool_name, prompt.input),
     )
     call.rule = decision.rule
