@@ -81,7 +81,7 @@ _COLUMNS = (
     "id", "session_id", "status", "is_error", "confirm_id", "tool_name", "arguments", "mode",
     "decision", "decided_by", "reason", "created_at", "decided_at", "started_at", "ended_at",
     "expires_at", "truncated", "rule", "via", "server_name", "token__name", "kind",
-    "requested_arguments", "edited_by",
+    "requested_arguments", "edited_by", "for_group", "approvals",
 )  # fmt: skip
 _ENDED = CALL_ENDED
 
@@ -140,6 +140,8 @@ def line_body(c, results: bool, asked: list[dict]) -> dict:
             "kind": history_kind(c.kind),
             "requested_arguments": c.requested_arguments,
             "edited_by": c.edited_by,
+            "for": c.for_group or None,
+            "approvals": c.approvals,
         }
     )
     if c.kind == CallKind.RESOURCE:
