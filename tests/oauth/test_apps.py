@@ -151,12 +151,9 @@ def test_it_counts_only_public_addresses_as_public():
         assert not clients.public_address(private), private
 
 
-@pytest.mark.django_db
-def test_it_keeps_codes_and_tokens_as_hashes_only_and_spends_a_code_once(settings):
-    settings.AGENVOY_PUBLIC_URL = "https://console.example"
-    user = User.objects.create_user("alice")
-    client, _ = clients.register(meta(), None, "1.1.1.1")
-    grant, code = grants.allow(
+def allowed(client, user):
+    """The grant and code a person's Allow gives `client` for `/mcp` (SPEC 21)."""
+    return grants.allow(
         client,
         user,
         "/mcp",
@@ -167,6 +164,14 @@ def test_it_keeps_codes_and_tokens_as_hashes_only_and_spends_a_code_once(setting
         asked_resource="",
         by=BY,
     )
+
+
+@pytest.mark.django_db
+def test_it_keeps_codes_and_tokens_as_hashes_only_and_spends_a_code_once(settings):
+    settings.AGENVOY_PUBLIC_URL = "https://console.example"
+    user = User.objects.create_user("alice")
+    client, _ = clients.register(meta(), None, "1.1.1.1")
+    grant, code = allowed(client, user)
     assert grant.token.name == "App (app of alice)" and grant.token.role == "agent"
     assert not AppCode.objects.filter(code_hash=code).exists()
     row = grants.code_row(client.client_id, code)
@@ -184,17 +189,7 @@ def test_it_keeps_codes_and_tokens_as_hashes_only_and_spends_a_code_once(setting
 def test_it_refuses_an_expired_code(settings):
     user = User.objects.create_user("bob")
     client, _ = clients.register(meta(), None, "1.1.1.1")
-    _grant, code = grants.allow(
-        client,
-        user,
-        "/mcp",
-        [],
-        redirect_uri="https://app.example/cb",
-        redirect_uri_explicit=True,
-        code_challenge="c" * 43,
-        asked_resource="",
-        by=BY,
-    )
+    _grant, code = allowed(client, user)
     AppCode.objects.update(expires_at=timezone.now() - datetime.timedelta(seconds=1))
     row = grants.code_row(client.client_id, code)
     assert row is not None and row.expires_at < timezone.now()  # the SDK's handler refuses it by its expiry
